@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs everything needed to build and test ckptfs on Debian 12 (bookworm).
+# Non-interactive and idempotent: run it as root (or a user with sudo) as often
+# as you like; when every package is already there it touches nothing and
+# needs no network.
+set -euo pipefail
+
+# Build: compiler, meson, and the libraries the daemon links against.
+build_pkgs=(
+  meson ninja-build pkg-config g++
+  libfuse3-dev fuse3
+  librocksdb-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev googletest
+  libzstd-dev libcurl4-openssl-dev libssl-dev
+)
+# Tests: xattr tools, pytest and torch 1.13 for /usr/bin/python3, and node/npm
+# for the S3 test server.
+test_pkgs=(
+  attr python3-pytest python3-torch
+  nodejs npm
+)
+
+log() { echo "install-deps: $*"; }
+
+if ((EUID == 0)); then
+  as_root=()
+elif command -v sudo >/dev/null; then
+  as_root=(sudo)
+else
+  log "must run as root (sudo not found)" >&2
+  exit 1
+fi
+
+is_installed() {
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]
+}
+
+missing=()
+for pkg in "${build_pkgs[@]}" "${test_pkgs[@]}"; do
+  is_installed "$pkg" && continue
+  # NodeSource's nodejs bundles npm and conflicts with Debian's npm package.
+  if [[ "$pkg" == npm ]] && command -v npm >/dev/null; then continue; fi
+  missing+=("$pkg")
+done
+
+if ((${#missing[@]})); then
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt_opts=(-q -y -o Dpkg::Use-Pty=0 -o APT::Install-Recommends=false)
+  "${as_root[@]}" apt-get -qq update
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get "${apt_opts[@]}" install "${missing[@]}" >/dev/null
+else
+  log "all packages present"
+fi
+
+# The integration tests mount for real, so the kernel needs /dev/fuse. In a
+# container neither step may be allowed: say so and let the tests skip.
+if [[ ! -c /dev/fuse ]]; then
+  "${as_root[@]}" modprobe fuse 2>/dev/null || true
+fi
+if [[ ! -c /dev/fuse ]]; then
+  "${as_root[@]}" mknod -m 0666 /dev/fuse c 10 229 2>/dev/null || true
+fi
+if [[ -c /dev/fuse ]]; then
+  log "/dev/fuse present"
+else
+  log "warning: /dev/fuse missing (modprobe fuse failed); mount tests will not run" >&2
+fi
+
+# The tests run under /usr/bin/python3, which may not be the python3 on PATH.
+if ! /usr/bin/python3 -c 'import torch, pytest' 2>/dev/null; then
+  log "warning: /usr/bin/python3 cannot import torch and pytest" >&2
+fi

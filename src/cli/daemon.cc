@@ -1,0 +1,79 @@
+#include "cli/daemon.h"
+
+#include <fuse_lowlevel.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "fuse/fuse_ops.h"
+
+namespace ckptfs {
+
+Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
+  std::unique_ptr<Daemon> d(new Daemon());
+  d->options_ = options;
+  d->events_ = std::make_unique<EventLog>(options.cache_dir + "/events.jsonl");
+  auto manifest = OpenRocksDbManifestStore(options.cache_dir + "/manifest");
+  if (!manifest.ok()) {
+    if (manifest.err() == EBUSY) {
+      return Status::Error(EBUSY, "cache " + options.cache_dir + " is in use by another ckptfs daemon");
+    }
+    return manifest.status().Annotate("opening the manifest");
+  }
+  auto data = OpenPosixDataStore(options.cache_dir + "/data");
+  if (!data.ok()) return data.status().Annotate("opening the data store");
+  auto fs = FileSystem::Open(options.fs, std::move(manifest).value(), std::move(data).value(),
+                             &d->clock_, d->events_.get());
+  if (!fs.ok()) return fs.status().Annotate("loading the manifest");
+  d->fs_ = std::move(fs).value();
+  d->coordinator_ = std::make_unique<CommitCoordinator>(d->fs_.get());
+
+  // default_permissions: the kernel checks modes and owners for us.
+  std::string opts = "default_permissions,fsname=ckptfs,subtype=ckptfs";
+  if (geteuid() == 0) opts += ",allow_other";  // trainers often run as other users
+  for (const auto& o : options.fuse_options) opts += "," + o;
+  std::vector<std::string> argv_storage = {"ckptfs", "-o", opts};
+  std::vector<char*> argv;
+  for (auto& s : argv_storage) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  d->session_ = fuse_session_new(&args, &FuseOperations(), sizeof(fuse_lowlevel_ops), d->fs_.get());
+  fuse_opt_free_args(&args);
+  if (!d->session_) return Status::Error(EINVAL, "invalid FUSE options: " + opts);
+  if (fuse_set_signal_handlers(d->session_) != 0) return Status::Error(EIO, "cannot install signal handlers");
+  d->signals_set_ = true;
+  if (fuse_session_mount(d->session_, options.mountpoint.c_str()) != 0) {
+    return Status::Error(EIO, "mounting " + options.mountpoint + " failed (see the message above)");
+  }
+  d->mounted_ = true;
+  d->events_->Append({{"event", "mount"},
+                      {"mountpoint", options.mountpoint},
+                      {"cache", options.cache_dir},
+                      {"pid", static_cast<int64_t>(getpid())},
+                      {"version", CKPTFS_VERSION}});
+  return d;
+}
+
+int Daemon::Run() {
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(cfg, 0);
+  fuse_loop_cfg_set_max_threads(cfg, 16);
+  const int rc = fuse_session_loop_mt(session_, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  return rc == 0 ? 0 : 1;
+}
+
+Daemon::~Daemon() {
+  if (session_) {
+    if (mounted_) fuse_session_unmount(session_);
+    if (signals_set_) fuse_remove_signal_handlers(session_);
+    fuse_session_destroy(session_);
+  }
+  coordinator_.reset();
+  if (fs_) {
+    events_->Append({{"event", "unmount"}, {"mountpoint", options_.mountpoint}});
+    fs_.reset();
+  }
+}
+
+}  // namespace ckptfs

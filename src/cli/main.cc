@@ -1,0 +1,140 @@
+// The ckptfs command: mount (foreground or background), commit, help, version.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/daemon.h"
+#include "cli/mount_options.h"
+
+namespace ckptfs {
+namespace {
+
+const char* const kUsage =
+    "usage: ckptfs mount MOUNTPOINT [--cache DIR] [--foreground] [options]\n"
+    "       ckptfs commit STEP_DIR...\n"
+    "       ckptfs --help | --version\n"
+    "\n"
+    "A FUSE filesystem for training checkpoints: steps land on local disk and are\n"
+    "committed atomically. 'ckptfs mount --help' lists the mount options.\n";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ckptfs: %s\n", message.c_str());
+  return 1;
+}
+
+// Background mode: the child mounts and reports "OK" or the error through a
+// pipe, so the parent returns only once the mount is ready (as mount-s3 and
+// gcsfuse do) and with the child's error message otherwise.
+int MountInBackground(const MountOptions& options) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return Fail(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) return Fail(std::string("fork: ") + std::strerror(errno));
+  if (pid > 0) {
+    close(pipefd[1]);
+    std::string reply;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(pipefd[0], buf, sizeof buf)) > 0) reply.append(buf, static_cast<size_t>(n));
+    close(pipefd[0]);
+    if (reply == "OK") return 0;
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return Fail(reply.empty() ? "the daemon exited before the mount was ready (see " +
+                                    options.cache_dir + "/ckptfs.log)"
+                              : reply);
+  }
+  close(pipefd[0]);
+  setsid();
+  if (chdir("/") != 0) _exit(1);
+  const int devnull = open("/dev/null", O_RDWR);
+  const std::string log_path = options.cache_dir + "/ckptfs.log";
+  const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  dup2(devnull, STDIN_FILENO);
+  dup2(log >= 0 ? log : devnull, STDOUT_FILENO);
+  dup2(log >= 0 ? log : devnull, STDERR_FILENO);
+  auto daemon = Daemon::Start(options);
+  if (!daemon.ok()) {
+    const std::string msg = daemon.status().message();
+    (void)!write(pipefd[1], msg.data(), msg.size());
+    _exit(1);
+  }
+  (void)!write(pipefd[1], "OK", 2);
+  close(pipefd[1]);
+  const int rc = (*daemon)->Run();
+  daemon.value().reset();
+  _exit(rc);
+}
+
+int Mount(int argc, char** argv) {
+  auto parsed = ParseMountArgs(argc, argv);
+  if (!parsed.ok()) {
+    if (parsed.err() == EAGAIN) {
+      std::fputs(kMountUsage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "ckptfs mount: %s\n%s", parsed.status().message().c_str(), kMountUsage);
+    return 2;
+  }
+  MountOptions options = std::move(parsed).value();
+  Status st = CheckMountTargets(&options);
+  if (!st.ok()) return Fail(st.message());
+  if (!options.foreground) return MountInBackground(options);
+  auto daemon = Daemon::Start(options);
+  if (!daemon.ok()) return Fail(daemon.status().message());
+  std::fprintf(stderr, "ckptfs: mounted %s (cache %s)\n", options.mountpoint.c_str(),
+               options.cache_dir.c_str());
+  return (*daemon)->Run();
+}
+
+int Commit(int argc, char** argv) {
+  if (argc < 2) return Fail("usage: ckptfs commit STEP_DIR...");
+  int rc = 0;
+  for (int i = 1; i < argc; ++i) {
+    const char* path = argv[i];
+    if (setxattr(path, "user.ckptfs.commit", "1", 1, 0) == 0) {
+      std::printf("%s: committed\n", path);
+      continue;
+    }
+    const int err = errno;
+    rc = 1;
+    if (err == ENOTSUP || err == EOPNOTSUPP) {
+      Fail(std::string(path) + ": not on a ckptfs mount");
+      continue;
+    }
+    char reason[4096];
+    const ssize_t n = getxattr(path, "user.ckptfs.error", reason, sizeof reason - 1);
+    std::string detail = n > 0 ? std::string(reason, static_cast<size_t>(n)) : "";
+    Fail(std::string(path) + ": " + std::strerror(err) + (detail.empty() ? "" : ": " + detail));
+  }
+  return rc;
+}
+
+}  // namespace
+}  // namespace ckptfs
+
+int main(int argc, char** argv) {
+  using namespace ckptfs;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "-V") {
+    std::printf("ckptfs %s\n", CKPTFS_VERSION);
+    return 0;
+  }
+  if (cmd == "mount") return Mount(argc - 1, argv + 1);
+  if (cmd == "commit") return Commit(argc - 1, argv + 1);
+  std::fprintf(stderr, "ckptfs: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,202 @@
+#include "cli/mount_options.h"
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace ckptfs {
+
+const char* const kMountUsage =
+    "usage: ckptfs mount MOUNTPOINT [options]\n"
+    "\n"
+    "  --cache DIR            local cache: manifest and file data (default /var/lib/ckptfs;\n"
+    "                         a directory given here must exist)\n"
+    "  -f, --foreground       stay attached instead of running in the background\n"
+    "  --step-pattern REGEX   checkpoint directory names; one capture group = step number\n"
+    "                         (default: step100, step-100, step_100, ckpt_100,\n"
+    "                         checkpoint-100, global_step100, iter_0000100)\n"
+    "  --commit-marker NAME   file whose close commits its step; repeatable, replaces the\n"
+    "                         defaults .metadata, .metadata.json, metadata.json\n"
+    "  --commit-idle SECONDS  commit a step after SECONDS without writes or open files\n"
+    "  --commit-wait SECONDS  how long a commit waits for open files to close (default 600)\n"
+    "  -o OPTIONS             FUSE mount options (comma-separated), e.g. -o allow_other\n";
+
+namespace {
+
+Result<double> ParseSeconds(const char* flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text, &end);
+  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 1e7) {
+    return Status::Error(EINVAL, std::string(flag) + " takes a positive number of seconds, not '" +
+                                     text + "'");
+  }
+  return v;
+}
+
+Result<std::string> AbsolutePath(const std::string& path) {
+  char* real = realpath(path.c_str(), nullptr);
+  if (!real) return Status::FromErrno(path);
+  std::string out(real);
+  free(real);
+  return out;
+}
+
+bool IsMountPoint(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, devno, root, mnt;
+    fields >> id >> parent >> devno >> root >> mnt;
+    // mountinfo escapes spaces and the like as \040 octal sequences.
+    std::string decoded;
+    for (size_t i = 0; i < mnt.size(); ++i) {
+      if (mnt[i] == '\\' && i + 3 < mnt.size() + 0 && i + 3 <= mnt.size()) {
+        decoded.push_back(static_cast<char>(std::stoi(mnt.substr(i + 1, 3), nullptr, 8)));
+        i += 3;
+      } else {
+        decoded.push_back(mnt[i]);
+      }
+    }
+    if (decoded == path) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<MountOptions> ParseMountArgs(int argc, char** argv) {
+  enum { kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait };
+  static const option kLong[] = {
+      {"cache", required_argument, nullptr, kCache},
+      {"foreground", no_argument, nullptr, 'f'},
+      {"step-pattern", required_argument, nullptr, kStepPattern},
+      {"commit-marker", required_argument, nullptr, kCommitMarker},
+      {"commit-idle", required_argument, nullptr, kCommitIdle},
+      {"commit-wait", required_argument, nullptr, kCommitWait},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  MountOptions o;
+  bool markers_given = false;
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":fho:", kLong, nullptr)) != -1) {
+    switch (c) {
+      case kCache:
+        o.cache_dir = optarg;
+        break;
+      case 'f':
+        o.foreground = true;
+        break;
+      case kStepPattern: {
+        auto p = StepPattern::Compile(optarg);
+        if (!p.ok()) return p.status();
+        o.fs.step_pattern = optarg;
+        break;
+      }
+      case kCommitMarker: {
+        const std::string name = optarg;
+        if (name.empty() || name.find('/') != std::string::npos || name.size() > 255) {
+          return Status::Error(EINVAL, "--commit-marker takes a file name, not '" + name + "'");
+        }
+        if (!markers_given) o.fs.commit_markers.clear();
+        markers_given = true;
+        o.fs.commit_markers.push_back(name);
+        break;
+      }
+      case kCommitIdle: {
+        auto s = ParseSeconds("--commit-idle", optarg);
+        if (!s.ok()) return s.status();
+        o.fs.commit_idle_ns = static_cast<int64_t>(*s * 1e9);
+        break;
+      }
+      case kCommitWait: {
+        auto s = ParseSeconds("--commit-wait", optarg);
+        if (!s.ok()) return s.status();
+        o.fs.commit_wait_ns = static_cast<int64_t>(*s * 1e9);
+        break;
+      }
+      case 'o': {
+        std::stringstream ss(optarg);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+          if (!item.empty()) o.fuse_options.push_back(item);
+        }
+        break;
+      }
+      case 'h':
+        return Status::Error(EAGAIN, kMountUsage);  // the caller prints usage, exits 0
+      case ':':
+        return Status::Error(EINVAL, std::string("option ") + argv[optind - 1] + " needs a value");
+      default:
+        return Status::Error(EINVAL, std::string("unknown option ") + argv[optind - 1]);
+    }
+  }
+  if (optind >= argc) return Status::Error(EINVAL, "missing MOUNTPOINT");
+  if (optind + 1 < argc) return Status::Error(EINVAL, std::string("unexpected argument ") + argv[optind + 1]);
+  o.mountpoint = argv[optind];
+  if (o.cache_dir.empty()) {
+    o.cache_dir = kDefaultCacheDir;
+    o.cache_is_default = true;
+  }
+  return o;
+}
+
+Status CheckMountTargets(MountOptions* o) {
+  struct stat st {};
+  if (stat(o->mountpoint.c_str(), &st) != 0) {
+    if (errno == ENOTCONN) {
+      return Status::Error(EBUSY, "mountpoint " + o->mountpoint +
+                                      " is a dead FUSE mount; clean it up with: fusermount3 -u " +
+                                      o->mountpoint);
+    }
+    return Status::FromErrno("mountpoint " + o->mountpoint);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "mountpoint " + o->mountpoint + " is not a directory");
+  auto mnt = AbsolutePath(o->mountpoint);
+  if (!mnt.ok()) return mnt.status();
+  o->mountpoint = *mnt;
+  if (IsMountPoint(o->mountpoint)) {
+    return Status::Error(EBUSY, "mountpoint " + o->mountpoint +
+                                    " is already mounted (unmount it first: fusermount3 -u " +
+                                    o->mountpoint + ")");
+  }
+
+  if (o->cache_is_default && mkdir(o->cache_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::FromErrno("cannot create cache directory " + o->cache_dir);
+  }
+  if (stat(o->cache_dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return Status::Error(ENOENT, "cache directory " + o->cache_dir +
+                                       " does not exist (create it first: mkdir -p " + o->cache_dir + ")");
+    }
+    return Status::FromErrno("cache directory " + o->cache_dir);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "cache " + o->cache_dir + " is not a directory");
+  auto cache = AbsolutePath(o->cache_dir);
+  if (!cache.ok()) return cache.status();
+  o->cache_dir = *cache;
+  if (o->cache_dir == o->mountpoint || o->cache_dir.rfind(o->mountpoint + "/", 0) == 0) {
+    return Status::Error(EINVAL, "cache directory " + o->cache_dir + " must not be inside the mountpoint");
+  }
+  // access() says yes to root even on a read-only filesystem: really write.
+  const std::string probe = o->cache_dir + "/.ckptfs-write-probe";
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::FromErrno("cache directory " + o->cache_dir + " is not writable");
+  close(fd);
+  unlink(probe.c_str());
+  o->fs.mountpoint = o->mountpoint;
+  o->fs.cache_dir = o->cache_dir;
+  return Status::Ok();
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,39 @@
+// Recent events (commits, recoveries, errors) as JSON lines, served by
+// /.ckptfs/events. Keeps the newest `capacity` lines in memory and appends
+// every line to a log file in the cache directory (when given) so operators
+// keep the history across restarts; the tail of that file is reloaded at
+// start. Thread-safe.
+#pragma once
+
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ckptfs {
+
+class EventLog {
+ public:
+  // path may be empty (memory only). Reloads the last lines of the file.
+  explicit EventLog(std::string path = "", size_t capacity = 4096);
+  ~EventLog();
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+
+  // Adds "time" (unix seconds, float) when absent, and appends the line.
+  void Append(nlohmann::json event);
+  // Every line kept, oldest first, each ending in '\n'.
+  std::string Render() const;
+  size_t size() const;
+
+ private:
+  const std::string path_;
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::deque<std::string> lines_;  // GUARDED_BY(mu_)
+  FILE* file_ = nullptr;           // GUARDED_BY(mu_)
+};
+
+}  // namespace ckptfs

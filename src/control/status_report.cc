@@ -1,0 +1,40 @@
+#include "control/status_report.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+namespace ckptfs {
+
+double TimespecToSeconds(const timespec& ts) {
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+std::string RenderStatusJson(const StatusInfo& info, const std::vector<StatusStep>& steps) {
+  nlohmann::json j;
+  j["version"] = CKPTFS_VERSION;
+  j["pid"] = static_cast<int64_t>(getpid());
+  j["mountpoint"] = info.mountpoint;
+  j["cache"] = {{"dir", info.cache_dir},
+                {"bytes_total", info.cache_bytes_total},
+                {"bytes_free", info.cache_bytes_free}};
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& s : steps) {
+    nlohmann::json e = {{"path", s.path},
+                        {"step", s.rec.step},
+                        {"state", StepStateName(s.rec.state)},
+                        {"bytes", s.rec.bytes},
+                        {"files", s.rec.files},
+                        {"error", s.rec.error}};
+    if (s.rec.state == StepState::kCommitted) {
+      e["committed_at"] = TimespecToSeconds(s.rec.committed_at);
+    } else {
+      e["committed_at"] = nullptr;
+    }
+    arr.push_back(std::move(e));
+  }
+  j["steps"] = std::move(arr);
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,61 @@
+// An in-memory DataStore for tests, with crash simulation in the manner of
+// RocksDB's FaultInjectionTestFS. Each file has current contents, which reads
+// and writes see, and durable contents, which BackingFile::Sync() catches up
+// with. A file's existence is durable only through SyncDir(): a creation or a
+// removal since the last SyncDir() is undone by a crash. SimulateCrash()
+// plays a power loss: every file reverts to its durable contents, files
+// created since the last SyncDir() vanish, and files removed since then come
+// back with their durable contents.
+//
+// A handle shares its file's object. After Remove it keeps working on that
+// object, as a descriptor of an unlinked POSIX file does (and if a crash
+// resurrects the file, what the handle synced is there). Handles opened
+// before a crash belong to the process that "died": the crash gives every
+// surviving file a fresh object, so old handles keep working without error
+// but write into a detached object nobody reads.
+//
+// Thread safety: every method of the store and of its handles may be called
+// from any thread. Handles may outlive the store. Lock order: the store's
+// mutex, then a file's.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "data/data_store.h"
+
+namespace ckptfs {
+
+class MemoryDataStore final : public DataStore {
+ public:
+  // Beyond this size writes and truncates fail with EFBIG, so that a stray
+  // huge offset in a test fails cleanly instead of exhausting memory.
+  static constexpr uint64_t kMaxFileSize = uint64_t{4} << 30;
+
+  MemoryDataStore() = default;
+  MemoryDataStore(const MemoryDataStore&) = delete;
+  MemoryDataStore& operator=(const MemoryDataStore&) = delete;
+
+  Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override;
+  Status Remove(uint64_t ino) override;
+  Status SyncDir() override;
+  Result<std::vector<uint64_t>> List() override;
+  // A fixed 1 TiB device; free space shrinks by what the files hold.
+  Result<Space> Capacity() override;
+
+  void SimulateCrash();
+
+ private:
+  struct File;   // contents, current and durable; shared with handles
+  class Handle;  // the BackingFile
+
+  mutable std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<File>> files_;    // GUARDED_BY(mu_): visible names
+  std::map<uint64_t, std::shared_ptr<File>> durable_;  // GUARDED_BY(mu_): names as of SyncDir
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,208 @@
+// Backing files on the cache disk; see posix_data_store.h.
+#include "data/posix_data_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+namespace ckptfs {
+
+namespace {
+
+constexpr size_t kNameDigits = 16;
+
+// Parses a backing file's name; false for anything we did not create.
+bool ParseName(const char* name, uint64_t* ino) {
+  uint64_t v = 0;
+  size_t i = 0;
+  for (; name[i] != '\0'; i++) {
+    if (i == kNameDigits) return false;
+    const char c = name[i];
+    int digit;
+    if (c >= '0' && c <= '9') {
+      digit = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      digit = c - 'a' + 10;
+    } else {
+      return false;
+    }
+    v = (v << 4) | static_cast<uint64_t>(digit);
+  }
+  if (i != kNameDigits) return false;
+  *ino = v;
+  return true;
+}
+
+// Closes fd on every path out of a scope.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  ~FdCloser() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+PosixBackingFile::~PosixBackingFile() { ::close(fd_); }
+
+Result<size_t> PosixBackingFile::PRead(void* buf, size_t n, uint64_t offset) {
+  if (offset > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) return size_t{0};
+  auto* p = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("pread " + path_);
+    }
+    if (r == 0) break;  // end of file
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
+Result<size_t> PosixBackingFile::PWrite(const void* buf, size_t n, uint64_t offset) {
+  if (offset > static_cast<uint64_t>(std::numeric_limits<off_t>::max()) - n) {
+    return Status::Error(EFBIG, "pwrite " + path_ + ": offset too large");
+  }
+  const auto* p = static_cast<const char*>(buf);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pwrite(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("pwrite " + path_);
+    }
+    // pwrite returns 0 for n > 0 only when it cannot make progress; retrying
+    // would spin.
+    if (r == 0) return Status::Error(EIO, "pwrite " + path_ + ": wrote nothing");
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
+Status PosixBackingFile::Truncate(uint64_t size) {
+  if (size > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) {
+    return Status::Error(EFBIG, "ftruncate " + path_ + ": size too large");
+  }
+  while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+    if (errno != EINTR) return Status::FromErrno("ftruncate " + path_);
+  }
+  return Status::Ok();
+}
+
+Status PosixBackingFile::Sync() {
+  while (::fdatasync(fd_) != 0) {
+    if (errno != EINTR) return Status::FromErrno("fdatasync " + path_);
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> PosixBackingFile::Size() {
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0) return Status::FromErrno("fstat " + path_);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Result<std::unique_ptr<PosixDataStore>> PosixDataStore::OpenDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::FromErrno(ec.value(), "create data directory " + dir);
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) return Status::FromErrno("stat data directory " + dir);
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::Error(ENOTDIR, "data directory " + dir + " is not a directory");
+  }
+  return std::unique_ptr<PosixDataStore>(new PosixDataStore(dir));
+}
+
+std::string PosixDataStore::PathOf(uint64_t ino) const {
+  char name[kNameDigits + 1];
+  std::snprintf(name, sizeof(name), "%016" PRIx64, ino);
+  return dir_ + "/" + name;
+}
+
+Result<std::unique_ptr<BackingFile>> PosixDataStore::Open(uint64_t ino, bool create) {
+  const std::string path = PathOf(ino);
+  int flags = O_RDWR | O_CLOEXEC;
+  if (create) flags |= O_CREAT;
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags, 0600);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return Status::FromErrno("open backing file " + path);
+  return std::unique_ptr<BackingFile>(new PosixBackingFile(fd, path));
+}
+
+Status PosixDataStore::Remove(uint64_t ino) {
+  const std::string path = PathOf(ino);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Status::FromErrno("unlink backing file " + path);
+  }
+  return Status::Ok();
+}
+
+Status PosixDataStore::SyncDir() {
+  const int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open data directory " + dir_);
+  FdCloser closer(fd);
+  while (::fsync(fd) != 0) {
+    if (errno != EINTR) return Status::FromErrno("fsync data directory " + dir_);
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<uint64_t>> PosixDataStore::List() {
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return Status::FromErrno("opendir " + dir_);
+  std::vector<uint64_t> inos;
+  for (;;) {
+    errno = 0;
+    const dirent* entry = ::readdir(d);
+    if (entry == nullptr) {
+      const int err = errno;
+      ::closedir(d);
+      if (err != 0) return Status::FromErrno(err, "readdir " + dir_);
+      break;
+    }
+    uint64_t ino;
+    if (ParseName(entry->d_name, &ino)) inos.push_back(ino);
+  }
+  return inos;
+}
+
+Result<DataStore::Space> PosixDataStore::Capacity() {
+  const int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open data directory " + dir_);
+  FdCloser closer(fd);
+  struct statvfs vfs{};
+  if (::fstatvfs(fd, &vfs) != 0) return Status::FromErrno("fstatvfs " + dir_);
+  Space space;
+  // f_blocks and friends count f_frsize units, not f_bsize ones.
+  space.block_size = vfs.f_frsize != 0 ? vfs.f_frsize : vfs.f_bsize;
+  space.blocks = vfs.f_blocks;
+  space.blocks_free = vfs.f_bfree;
+  space.blocks_avail = vfs.f_bavail;
+  return space;
+}
+
+Result<std::unique_ptr<DataStore>> OpenPosixDataStore(const std::string& dir) {
+  Result<std::unique_ptr<PosixDataStore>> store = PosixDataStore::OpenDir(dir);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<DataStore>(std::move(store).value());
+}
+
+}  // namespace ckptfs

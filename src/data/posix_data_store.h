@@ -1,0 +1,65 @@
+// The real data store: one backing file per regular-file inode in a data
+// directory on the cache disk, named by the ino as 16 lower-case hex digits
+// (dir/00000000000000a3), so names sort like inos and List can tell ours
+// from anything else left in the directory.
+//
+// Thread safety: PosixDataStore keeps no mutable state, and a PosixBackingFile
+// only uses positional I/O on its descriptor, so both may be used from any
+// number of threads at once. A PosixBackingFile owns its descriptor and
+// closes it when destroyed; it stays usable after the store is destroyed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/data_store.h"
+
+namespace ckptfs {
+
+class PosixBackingFile final : public BackingFile {
+ public:
+  // Takes ownership of fd; path is only for error messages.
+  PosixBackingFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  PosixBackingFile(const PosixBackingFile&) = delete;
+  PosixBackingFile& operator=(const PosixBackingFile&) = delete;
+  ~PosixBackingFile() override;
+
+  // Short only at end of file; retries short reads and EINTR.
+  Result<size_t> PRead(void* buf, size_t n, uint64_t offset) override;
+  // Writes all n bytes or fails; retries short writes and EINTR.
+  Result<size_t> PWrite(const void* buf, size_t n, uint64_t offset) override;
+  Status Truncate(uint64_t size) override;
+  Status Sync() override;  // fdatasync
+  Result<uint64_t> Size() override;
+  int fd() const override { return fd_; }
+
+ private:
+  const int fd_;
+  const std::string path_;
+};
+
+class PosixDataStore final : public DataStore {
+ public:
+  // Creates dir (and its parents) when missing.
+  static Result<std::unique_ptr<PosixDataStore>> OpenDir(const std::string& dir);
+
+  Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override;
+  Status Remove(uint64_t ino) override;
+  Status SyncDir() override;
+  // Ignores every name that is not exactly 16 lower-case hex digits.
+  Result<std::vector<uint64_t>> List() override;
+  Result<Space> Capacity() override;
+
+  // dir/<ino as 16 lower-case hex digits>.
+  std::string PathOf(uint64_t ino) const;
+
+ private:
+  explicit PosixDataStore(std::string dir) : dir_(std::move(dir)) {}
+
+  const std::string dir_;
+};
+
+}  // namespace ckptfs

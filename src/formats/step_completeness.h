@@ -1,0 +1,83 @@
+// Decides whether a checkpoint step directory holds every file its metadata
+// names, for the commit logic (SPEC.md section 3: "Where the format is known,
+// commit checks completeness first"). It only reads: small metadata files
+// whole, safetensors headers by range, and file sizes.
+//
+// Formats, tried in this order (the first marker found decides):
+//  1. `.metadata` (PyTorch DCP: torch.distributed.checkpoint, torchtitan
+//     step-N, OLMo-core weights-only, Megatron torch_dist): every
+//     relative_path in storage_data must exist with size >= the largest
+//     offset + length of its items. Larger files are fine (DCP never says how
+//     long a file is). Item bytes are not inspected: TORCH_SAVE zips, zstd
+//     streams, SAFETENSORS-format items and ByteCheckpoint raw items all look
+//     different, and a false "broken" would stop `latest` from moving.
+//  2. `.metadata.json` (OLMo-core trainer, FORMATS.md 4.2): a JSON object with
+//     "version" or "ephemeral" (CheckpointMetadata). It names no files; the
+//     trainer writes it last, after model_and_optim/ (a DCP checkpoint, checked
+//     as in 1) and train/rank0.pt, so both must be present. Any other JSON
+//     object is kUnknownFormat; invalid JSON is kBroken.
+//  3. `metadata.json`: with "tensors", OLMo-core's safetensors format
+//     (FORMATS.md 4.1): every file named in a tensor's shard_spec_per_file (or
+//     legacy flattened_offsets_per_file) must exist with a valid safetensors
+//     header (see safetensors_header.h) and exactly the size the header
+//     describes, and must hold each tensor it is named for (non-empty shards)
+//     with the same dtype and the numel the offsets imply. With
+//     "sharded_backend": "torch_dist" it is Megatron's, whose `.metadata` has
+//     not arrived yet: kWaiting. Otherwise kUnknownFormat.
+//  4. `model/metadata.json` and/or `optim/metadata.json` (OLMo-core's
+//     save_model_and_optim_state into the step dir): each checked as in 3; a
+//     group whose rank_0.safetensors exists without its metadata.json waits.
+//  5. `model_and_optim/.metadata` alone: the DCP under it, as in 1.
+//  Nothing of the above: kUnknownFormat (the daemon commits without a check).
+//  Not recognised, so kUnknownFormat: DCP without collectives (`__R.metadata`
+//  per rank, no `.metadata`), Hugging Face `*.safetensors` + index dirs,
+//  DeepSpeed, ByteCheckpoint's model/ + optimizer/ split.
+//
+// Verdicts: a missing file, or one shorter than the metadata needs, is
+// kWaiting ("waiting for __3_0.distcp", "waiting for __3_0.distcp (1024 of
+// 4096 bytes)"), naming the first such file in path order and how many more
+// there are. Metadata that cannot be parsed, a named file that contradicts it
+// (invalid safetensors header, a tensor missing or of the wrong dtype/numel,
+// trailing bytes), an unsafe path, or a failed read is kBroken: a broken step
+// is reported, never silently committed. When both apply, kBroken wins. Paths
+// in reasons are relative to the step directory.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace ckptfs {
+
+// What the daemon can see of a step directory: regular files by path relative
+// to the step dir ("model_and_optim/.metadata"). Implementations must be safe
+// to call from the thread running the check; nothing is cached here.
+class StepFiles {
+ public:
+  virtual ~StepFiles() = default;
+  virtual std::optional<uint64_t> FileSize(const std::string& rel_path) const = 0;  // nullopt = absent
+  // The whole file; may fail when it is larger than max_bytes.
+  virtual Result<std::string> ReadFile(const std::string& rel_path, uint64_t max_bytes) const = 0;
+  // Exactly `length` bytes at `offset`, or an error.
+  virtual Result<std::string> ReadRange(const std::string& rel_path, uint64_t offset,
+                                        uint64_t length) const = 0;
+};
+
+struct Completeness {
+  enum class Verdict { kComplete, kWaiting, kBroken, kUnknownFormat } verdict;
+  // Why: for kWaiting/kBroken the text for user.ckptfs.error and events; for
+  // kComplete/kUnknownFormat a short description of what was (not) checked.
+  std::string reason;
+};
+
+const char* CompletenessVerdictName(Completeness::Verdict verdict);
+
+// Size limits for files read whole; larger ones make the step kBroken.
+inline constexpr uint64_t kMaxDcpMetadataBytes = uint64_t{512} << 20;
+inline constexpr uint64_t kMaxJsonMetadataBytes = uint64_t{256} << 20;
+
+Completeness CheckStepCompleteness(const StepFiles& step);
+
+}  // namespace ckptfs

@@ -1,0 +1,171 @@
+#include "lifecycle/commit_coordinator.h"
+
+#include <unordered_map>
+
+#include "formats/step_completeness.h"
+
+namespace ckptfs {
+
+namespace {
+
+// The step's files as the completeness check sees them: sizes from the
+// plan, contents read from the backing files.
+class PlanFiles final : public StepFiles {
+ public:
+  PlanFiles(FileSystem* fs, const FileSystem::CommitPlan& plan) : fs_(fs) {
+    for (const auto& f : plan.files) files_[f.path] = {f.ino, f.size};
+  }
+
+  std::optional<uint64_t> FileSize(const std::string& rel_path) const override {
+    auto it = files_.find(rel_path);
+    if (it == files_.end()) return std::nullopt;
+    return it->second.size;
+  }
+
+  Result<std::string> ReadFile(const std::string& rel_path, uint64_t max_bytes) const override {
+    auto size = FileSize(rel_path);
+    if (!size) return Status::Error(ENOENT, rel_path + " does not exist");
+    if (*size > max_bytes) {
+      return Status::Error(EFBIG, rel_path + " is larger than " + std::to_string(max_bytes) + " bytes");
+    }
+    return ReadRange(rel_path, 0, *size);
+  }
+
+  Result<std::string> ReadRange(const std::string& rel_path, uint64_t offset,
+                                uint64_t length) const override {
+    auto it = files_.find(rel_path);
+    if (it == files_.end()) return Status::Error(ENOENT, rel_path + " does not exist");
+    auto file = fs_->OpenBacking(it->second.ino);
+    if (!file.ok()) return file.status();
+    std::string out(length, '\0');
+    size_t done = 0;
+    while (done < length) {
+      auto n = (*file)->PRead(out.data() + done, length - done, offset + done);
+      if (!n.ok()) return n.status();
+      if (*n == 0) break;
+      done += *n;
+    }
+    if (done < length) {
+      return Status::Error(EIO, rel_path + ": short read (" + std::to_string(done) + " of " +
+                                    std::to_string(length) + " bytes)");
+    }
+    return out;
+  }
+
+ private:
+  struct Info {
+    uint64_t ino;
+    uint64_t size;
+  };
+  FileSystem* fs_;
+  std::unordered_map<std::string, Info> files_;
+};
+
+}  // namespace
+
+CommitCoordinator::CommitCoordinator(FileSystem* fs) : CommitCoordinator(fs, true) {}
+
+CommitCoordinator::CommitCoordinator(FileSystem* fs, bool threads) : fs_(fs) {
+  fs_->SetCommitRequester([this](uint64_t step) { Request(step); });
+  if (threads) {
+    worker_ = std::thread([this] { WorkerLoop(); });
+    idle_ = std::thread([this] { IdleLoop(); });
+  }
+}
+
+std::unique_ptr<CommitCoordinator> CommitCoordinator::CreateWithoutThreads(FileSystem* fs) {
+  return std::unique_ptr<CommitCoordinator>(new CommitCoordinator(fs, false));
+}
+
+CommitCoordinator::~CommitCoordinator() {
+  fs_->SetCommitRequester(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  if (idle_.joinable()) idle_.join();
+}
+
+void CommitCoordinator::Request(uint64_t step_ino) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (stopping_ || !queued_.insert(step_ino).second) return;
+    queue_.push_back(step_ino);
+  }
+  queue_cv_.notify_one();
+}
+
+void CommitCoordinator::DrainForTest() {
+  for (;;) {
+    uint64_t step;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      if (queue_.empty()) return;
+      step = queue_.front();
+      queue_.pop_front();
+      queued_.erase(step);
+    }
+    Commit(step);
+  }
+}
+
+void CommitCoordinator::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  for (;;) {
+    queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    const uint64_t step = queue_.front();
+    queue_.pop_front();
+    queued_.erase(step);
+    lock.unlock();
+    Commit(step);
+    lock.lock();
+  }
+}
+
+void CommitCoordinator::IdleLoop() {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  while (!stopping_) {
+    queue_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });
+    if (stopping_) return;
+    lock.unlock();
+    fs_->RequestIdleCommits();
+    lock.lock();
+  }
+}
+
+void CommitCoordinator::Commit(uint64_t step_ino) {
+  auto plan = fs_->BeginCommit(step_ino);
+  if (!plan.ok()) return;  // waiting for writers, already done, or timed out
+
+  Completeness check = CheckStepCompleteness(PlanFiles(fs_, *plan));
+  if (check.verdict == Completeness::Verdict::kWaiting) {
+    fs_->AbortCommit(step_ino, Status::Error(EAGAIN, check.reason), /*waiting=*/true, /*broken=*/false);
+    return;
+  }
+  if (check.verdict == Completeness::Verdict::kBroken) {
+    fs_->AbortCommit(step_ino, Status::Error(EIO, check.reason), /*waiting=*/false, /*broken=*/true);
+    return;
+  }
+
+  // Durability of every file before the batch that says they are committed.
+  for (const auto& f : plan->files) {
+    auto file = fs_->OpenBacking(f.ino);
+    Status st = file.ok() ? (*file)->Sync() : file.status();
+    if (!st.ok()) {
+      fs_->AbortCommit(step_ino, st.Annotate("fsync of " + f.path), false, false);
+      return;
+    }
+  }
+  Status st = fs_->data()->SyncDir();
+  if (!st.ok()) {
+    fs_->AbortCommit(step_ino, st.Annotate("fsync of the data directory"), false, false);
+    return;
+  }
+  st = fs_->FinishCommit(*plan);
+  if (!st.ok() && st.err() != EALREADY) fs_->AbortCommit(step_ino, st, false, false);
+}
+
+}  // namespace ckptfs

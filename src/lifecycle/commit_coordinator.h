@@ -1,0 +1,60 @@
+// CommitCoordinator runs step commits on its own thread, so that the close
+// or rename that triggers a commit returns at once (SPEC section 3):
+//
+//   1. FileSystem::BeginCommit reserves the step once no file in it is open
+//      for writing (until then the request waits; the last close asks again;
+//      after --commit-wait it is dropped with an error);
+//   2. the completeness check of known formats (DCP .metadata, OLMo-core
+//      metadata.json): missing or short files keep the step writing, bad
+//      metadata makes it broken;
+//   3. every file of the step is fsynced, then the backing directory;
+//   4. FileSystem::FinishCommit writes the one synced manifest batch.
+//
+// A second thread asks for idle commits (--commit-idle) once a second.
+// Thread safety: Request() may be called from any thread, including with
+// FileSystem::mu_ held (it only takes queue_mu_).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+class CommitCoordinator {
+ public:
+  explicit CommitCoordinator(FileSystem* fs);
+  ~CommitCoordinator();  // finishes the commit in progress, drops the queue
+  CommitCoordinator(const CommitCoordinator&) = delete;
+  CommitCoordinator& operator=(const CommitCoordinator&) = delete;
+
+  void Request(uint64_t step_ino);
+  // Runs queued commits on the calling thread until the queue is empty; for
+  // tests that construct the coordinator with threads off.
+  void DrainForTest();
+
+  // Without threads: Request only queues; DrainForTest runs the commits.
+  static std::unique_ptr<CommitCoordinator> CreateWithoutThreads(FileSystem* fs);
+
+ private:
+  CommitCoordinator(FileSystem* fs, bool threads);
+  void WorkerLoop();
+  void IdleLoop();
+  void Commit(uint64_t step_ino);
+
+  FileSystem* const fs_;
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<uint64_t> queue_;    // GUARDED_BY(queue_mu_)
+  std::set<uint64_t> queued_;     // GUARDED_BY(queue_mu_)
+  bool stopping_ = false;         // GUARDED_BY(queue_mu_)
+  std::thread worker_;
+  std::thread idle_;
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,40 @@
+// Recognises checkpoint step directories by name. The pattern must match the
+// whole name and have exactly one capture group: the step number.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace ckptfs {
+
+// step100, step-100, step_100, ckpt_100, checkpoint-100, global_step100,
+// iter_0000100 (SPEC section 2).
+inline constexpr const char* kDefaultStepPattern =
+    R"((?:step|step-|step_|ckpt_|checkpoint-|global_step|iter_)([0-9]+))";
+
+class StepPattern {
+ public:
+  // EINVAL with the regex error when the pattern does not compile or does
+  // not have exactly one capture group.
+  static Result<StepPattern> Compile(const std::string& pattern);
+
+  // The step number when name is a checkpoint directory name.
+  std::optional<int64_t> Match(const std::string& name) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  StepPattern(std::string source, std::regex re) : source_(std::move(source)), re_(std::move(re)) {}
+  std::string source_;
+  std::regex re_;
+};
+
+// Marker files whose close commits the step they sit in.
+inline const std::vector<std::string> kDefaultCommitMarkers = {".metadata", ".metadata.json",
+                                                               "metadata.json"};
+
+}  // namespace ckptfs

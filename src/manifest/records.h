@@ -1,0 +1,86 @@
+// The manifest's record types and their encodings. Keys are big-endian so
+// that RocksDB's bytewise order groups a directory's entries (and an inode's
+// xattrs) under one prefix. Values are a version byte followed by
+// little-endian fixed-width fields and length-prefixed strings; decoding
+// checks lengths and returns EIO on a corrupt record instead of trusting it.
+// docs/manifest.md describes the schema.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <ctime>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace ckptfs {
+
+struct InodeRecord {
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // type bits and permissions, as st_mode
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t nlink = 0;
+  uint64_t size = 0;
+  timespec atime{};
+  timespec mtime{};
+  timespec ctime{};
+  // The directory this inode was last linked into (for a directory, its only
+  // parent). Used to find the step a file belongs to.
+  uint64_t parent = 0;
+  // Committed data: never written again (opens for write fail with EROFS).
+  bool sealed = false;
+  // Directories: the readdir cookie the next new entry gets. Cookies only
+  // grow, which keeps readdir offsets stable while entries come and go.
+  uint64_t next_cookie = 1;
+  std::string symlink_target;  // symlinks only
+
+  bool operator==(const InodeRecord&) const;
+};
+
+struct DentryRecord {
+  uint64_t ino = 0;
+  uint64_t cookie = 0;  // this entry's readdir offset within its directory
+  bool operator==(const DentryRecord&) const = default;
+};
+
+enum class StepState : uint8_t {
+  kWriting = 0,
+  kCommitted = 1,
+  kIncomplete = 2,  // was writing when the daemon stopped without committing it
+  kBroken = 3,      // its checkpoint metadata is malformed or contradicted
+};
+const char* StepStateName(StepState state);
+
+struct StepRecord {
+  StepState state = StepState::kWriting;
+  int64_t step = 0;  // the number captured by the step pattern
+  timespec committed_at{};
+  uint64_t bytes = 0;  // at commit: total bytes of the step's regular files
+  uint64_t files = 0;  // at commit: number of regular files
+  std::string error;   // why it is not committed yet, or why it is broken
+
+  bool operator==(const StepRecord&) const;
+};
+
+// Keys.
+std::string InoKey(uint64_t ino);
+Result<uint64_t> DecodeInoKey(std::string_view key);
+std::string DentryKey(uint64_t parent, std::string_view name);
+std::string DentryPrefix(uint64_t parent);  // == InoKey(parent)
+// Splits a dentry or xattr key into its ino and name.
+Result<std::pair<uint64_t, std::string>> DecodeNamedKey(std::string_view key);
+std::string XattrKey(uint64_t ino, std::string_view name);
+std::string XattrPrefix(uint64_t ino);  // == InoKey(ino)
+
+// Values.
+std::string EncodeInode(const InodeRecord& rec);
+Result<InodeRecord> DecodeInode(std::string_view value);
+std::string EncodeDentry(const DentryRecord& rec);
+Result<DentryRecord> DecodeDentry(std::string_view value);
+std::string EncodeStep(const StepRecord& rec);
+Result<StepRecord> DecodeStep(std::string_view value);
+
+}  // namespace ckptfs

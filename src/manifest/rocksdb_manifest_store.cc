@@ -1,0 +1,203 @@
+// RocksDB behind the ManifestStore seam; see rocksdb_manifest_store.h.
+#include "manifest/rocksdb_manifest_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+
+namespace ckptfs {
+
+const char* KeySpaceName(KeySpace space) {
+  switch (space) {
+    case KeySpace::kMeta:
+      return "meta";
+    case KeySpace::kInodes:
+      return "inodes";
+    case KeySpace::kDentries:
+      return "dentries";
+    case KeySpace::kXattrs:
+      return "xattrs";
+    case KeySpace::kSteps:
+      return "steps";
+    case KeySpace::kCount:
+      break;
+  }
+  return "invalid";
+}
+
+namespace {
+
+constexpr size_t kSpaces = static_cast<size_t>(KeySpace::kCount);
+
+// RocksDB insists on a "default" column family; the singletons use it rather
+// than leaving it empty beside a "meta" one.
+std::string ColumnFamilyName(KeySpace space) {
+  return space == KeySpace::kMeta ? rocksdb::kDefaultColumnFamilyName : KeySpaceName(space);
+}
+
+rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
+
+Status ToStatus(const rocksdb::Status& s, const std::string& context) {
+  if (s.ok()) return Status::Ok();
+  const int err = s.IsNoSpace() ? ENOSPC : EIO;
+  return Status::Error(err, context + ": " + s.ToString());
+}
+
+// The smallest key greater than every key starting with prefix, or "" when
+// there is none (the prefix is empty or all 0xff).
+std::string PrefixUpperBound(std::string_view prefix) {
+  std::string bound(prefix);
+  while (!bound.empty() && static_cast<uint8_t>(bound.back()) == 0xff) bound.pop_back();
+  if (!bound.empty()) bound.back() = static_cast<char>(static_cast<uint8_t>(bound.back()) + 1);
+  return bound;
+}
+
+Status BadSpace(KeySpace space) {
+  return Status::Error(EINVAL, "no manifest key space " + std::to_string(static_cast<int>(space)));
+}
+
+rocksdb::DBOptions MakeDbOptions() {
+  rocksdb::DBOptions options;
+  options.create_if_missing = true;
+  options.create_missing_column_families = true;
+  // The manifest is small; its info LOGs and WALs should not fill the cache
+  // disk. With several column families a WAL lives until every family that
+  // wrote to it is flushed; the cap forces those flushes.
+  options.keep_log_file_num = 4;
+  options.max_log_file_size = 16 << 20;
+  options.max_total_wal_size = 64 << 20;
+  options.max_background_jobs = 2;
+  return options;
+}
+
+rocksdb::ColumnFamilyOptions MakeColumnFamilyOptions() {
+  rocksdb::ColumnFamilyOptions options;
+  options.write_buffer_size = 16 << 20;
+  return options;
+}
+
+}  // namespace
+
+struct RocksDbManifestStore::Rep {
+  std::string dir;
+  std::unique_ptr<rocksdb::DB> db;
+  std::array<rocksdb::ColumnFamilyHandle*, kSpaces> spaces{};
+  // Every handle Open returned, including families a newer version may have
+  // added that this one does not use; all must be destroyed before the DB.
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+
+  ~Rep() {
+    if (!db) return;
+    for (rocksdb::ColumnFamilyHandle* h : handles) (void)db->DestroyColumnFamilyHandle(h);
+    // Close releases the LOCK. Its status changes nothing for us: synced
+    // batches are already durable and unsynced ones are in the WAL either way.
+    (void)db->Close();
+  }
+
+  // nullptr for a KeySpace outside the enum (a caller's bug, reported as EINVAL).
+  rocksdb::ColumnFamilyHandle* Family(KeySpace space) const {
+    const auto i = static_cast<size_t>(space);
+    return i < kSpaces ? spaces[i] : nullptr;
+  }
+};
+
+Result<std::unique_ptr<RocksDbManifestStore>> RocksDbManifestStore::Open(const std::string& dir) {
+  const rocksdb::DBOptions db_options = MakeDbOptions();
+  const rocksdb::ColumnFamilyOptions cf_options = MakeColumnFamilyOptions();
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (size_t i = 0; i < kSpaces; i++) {
+    descriptors.emplace_back(ColumnFamilyName(static_cast<KeySpace>(i)), cf_options);
+  }
+  // RocksDB refuses to open a database without naming all its families. A
+  // missing database fails ListColumnFamilies; then ours are all there is.
+  std::vector<std::string> existing;
+  if (rocksdb::DB::ListColumnFamilies(db_options, dir, &existing).ok()) {
+    for (const std::string& name : existing) {
+      const bool known = std::any_of(descriptors.begin(), descriptors.end(),
+                                     [&](const auto& d) { return d.name == name; });
+      if (!known) descriptors.emplace_back(name, cf_options);
+    }
+  }
+
+  auto rep = std::make_unique<Rep>();
+  rep->dir = dir;
+  rocksdb::DB* db = nullptr;
+  const rocksdb::Status s = rocksdb::DB::Open(db_options, dir, descriptors, &rep->handles, &db);
+  if (!s.ok()) {
+    // RocksDB reports a held LOCK as an IOError naming the LOCK file: "While
+    // lock file: <dir>/LOCK: Resource temporarily unavailable" from another
+    // process, "lock hold by current process" from this one.
+    if (s.IsIOError() && s.ToString().find("/LOCK") != std::string::npos) {
+      return Status::Error(EBUSY, "manifest " + dir + " is in use by another process (" +
+                                      s.ToString() + ")");
+    }
+    return ToStatus(s, "open manifest " + dir);
+  }
+  rep->db.reset(db);
+  for (size_t i = 0; i < kSpaces; i++) rep->spaces[i] = rep->handles[i];
+  return std::unique_ptr<RocksDbManifestStore>(new RocksDbManifestStore(std::move(rep)));
+}
+
+RocksDbManifestStore::RocksDbManifestStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+
+RocksDbManifestStore::~RocksDbManifestStore() = default;
+
+Status RocksDbManifestStore::Write(const ManifestBatch& batch, bool sync) {
+  if (batch.empty()) {
+    if (!sync) return Status::Ok();
+    // Nothing to add, but the caller still wants every earlier batch durable.
+    return ToStatus(rep_->db->SyncWAL(), "sync manifest " + rep_->dir);
+  }
+  rocksdb::WriteBatch wb;
+  for (const ManifestBatch::Op& op : batch.ops()) {
+    rocksdb::ColumnFamilyHandle* cf = rep_->Family(op.space);
+    if (cf == nullptr) return BadSpace(op.space);
+    const rocksdb::Status s = op.value ? wb.Put(cf, op.key, *op.value) : wb.Delete(cf, op.key);
+    if (!s.ok()) return ToStatus(s, "build manifest batch");
+  }
+  rocksdb::WriteOptions options;
+  options.sync = sync;
+  return ToStatus(rep_->db->Write(options, &wb), "write manifest " + rep_->dir);
+}
+
+Result<std::optional<std::string>> RocksDbManifestStore::Get(KeySpace space,
+                                                             std::string_view key) {
+  if (rep_->Family(space) == nullptr) return BadSpace(space);
+  std::string value;
+  const rocksdb::Status s =
+      rep_->db->Get(rocksdb::ReadOptions(), rep_->Family(space), ToSlice(key), &value);
+  if (s.IsNotFound()) return std::optional<std::string>();
+  if (!s.ok()) return ToStatus(s, std::string("read manifest ") + KeySpaceName(space));
+  return std::optional<std::string>(std::move(value));
+}
+
+Status RocksDbManifestStore::Scan(KeySpace space, std::string_view prefix, const ScanFn& fn) {
+  if (rep_->Family(space) == nullptr) return BadSpace(space);
+  // The upper bound lets RocksDB stop at the end of the prefix without a
+  // prefix extractor; the starts_with check below is what guarantees it.
+  const std::string bound = PrefixUpperBound(prefix);
+  const rocksdb::Slice bound_slice(bound);
+  rocksdb::ReadOptions options;
+  if (!bound.empty()) options.iterate_upper_bound = &bound_slice;
+
+  std::unique_ptr<rocksdb::Iterator> it(rep_->db->NewIterator(options, rep_->Family(space)));
+  for (it->Seek(ToSlice(prefix)); it->Valid(); it->Next()) {
+    const std::string_view key(it->key().data(), it->key().size());
+    if (!key.starts_with(prefix)) break;
+    if (!fn(key, std::string_view(it->value().data(), it->value().size()))) break;
+  }
+  return ToStatus(it->status(), std::string("scan manifest ") + KeySpaceName(space));
+}
+
+Result<std::unique_ptr<ManifestStore>> OpenRocksDbManifestStore(const std::string& dir) {
+  Result<std::unique_ptr<RocksDbManifestStore>> store = RocksDbManifestStore::Open(dir);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<ManifestStore>(std::move(store).value());
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,312 @@
+// FileSystem: the whole namespace and checkpoint lifecycle, independent of
+// FUSE. Operations take inode numbers and names as the FUSE low-level API
+// does, and return values or a Status carrying the errno to reply with.
+//
+// The RocksDB manifest (ManifestStore) is the only source of truth for the
+// namespace; this class keeps an in-memory image of it, loaded at Open() and
+// changed under mu_ together with the manifest batch that records the change,
+// so the manifest's write order is the order in which changes happened.
+// File data goes to backing files in the DataStore, outside mu_.
+//
+// Checkpoint steps (SPEC section 3) live here too: which directories are
+// steps, their states and xattrs, the virtual `latest` symlinks and the
+// read-only control directory `.ckptfs`. The commit procedure itself is
+// CommitCoordinator's; it calls the step-control methods at the end.
+//
+// Thread safety: every public method may be called from any thread. mu_
+// guards the in-memory image; it is held around manifest writes but never
+// across I/O on file contents (read, write, fsync). Lock order: mu_ before
+// the CommitCoordinator's queue lock and the EventLog's lock (the commit
+// requester and event emission are called with mu_ held).
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "control/event_log.h"
+#include "data/data_store.h"
+#include "lifecycle/step_pattern.h"
+#include "manifest/manifest_store.h"
+#include "namespace/inode.h"
+
+namespace ckptfs {
+
+struct FileSystemOptions {
+  std::string step_pattern = kDefaultStepPattern;
+  std::vector<std::string> commit_markers = kDefaultCommitMarkers;
+  // How long a commit request waits for files of the step to be closed.
+  int64_t commit_wait_ns = 600LL * 1'000'000'000;
+  // 0 = off; else commit a writing step after this long without activity.
+  int64_t commit_idle_ns = 0;
+  // Kernel cache timeouts for ordinary entries and attributes.
+  double entry_timeout = 1.0;
+  double attr_timeout = 1.0;
+  // Shown in status.json.
+  std::string mountpoint;
+  std::string cache_dir;
+};
+
+inline constexpr uint64_t kRootIno = 1;
+// Inode numbers of things that are not in the manifest.
+inline constexpr uint64_t kVirtualBit = 1ULL << 63;
+inline constexpr uint64_t kControlDirIno = kVirtualBit | 1;
+inline constexpr uint64_t kStatusFileIno = kVirtualBit | 2;
+inline constexpr uint64_t kEventsFileIno = kVirtualBit | 3;
+inline constexpr uint64_t kLatestBit = 1ULL << 62;  // kLatestBit | run dir ino
+inline constexpr const char* kControlDirName = ".ckptfs";
+inline constexpr const char* kLatestName = "latest";
+
+struct Entry {
+  uint64_t ino = 0;
+  struct stat attr {};
+  double entry_timeout = 0;
+  double attr_timeout = 0;
+};
+
+struct Attr {
+  struct stat attr {};
+  double timeout = 0;
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // type bits
+  uint64_t next_offset = 0;
+};
+
+// What a setattr call asks to change (FUSE_SET_ATTR_* flags, decoded).
+struct SetAttrRequest {
+  std::optional<uint32_t> mode;
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<uint64_t> size;
+  std::optional<timespec> atime;
+  std::optional<timespec> mtime;
+  bool atime_now = false;
+  bool mtime_now = false;
+};
+
+// Who asks. The kernel has already applied the umask to modes (we do not ask
+// for FUSE_CAP_DONT_MASK) and checked permissions (default_permissions).
+struct Caller {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
+class FileHandle;
+
+// One row of status.json.
+struct StepSummary {
+  uint64_t ino = 0;
+  std::string path;  // relative to the mount root
+  StepRecord rec;
+};
+
+class FileSystem {
+ public:
+  // Loads the namespace from the manifest and recovers from an unclean stop
+  // (SPEC section 3): writing steps become incomplete, orphaned inodes and
+  // backing files are removed, nothing committed is touched.
+  static Result<std::unique_ptr<FileSystem>> Open(FileSystemOptions options,
+                                                  std::unique_ptr<ManifestStore> manifest,
+                                                  std::unique_ptr<DataStore> data, const Clock* clock,
+                                                  EventLog* events);
+  ~FileSystem();
+  FileSystem(const FileSystem&) = delete;
+  FileSystem& operator=(const FileSystem&) = delete;
+
+  // --- entries (filesystem_entries.cc)
+  Result<Entry> Lookup(uint64_t parent, const std::string& name);
+  void Forget(uint64_t ino, uint64_t nlookup);
+  Result<Entry> Mkdir(const Caller& c, uint64_t parent, const std::string& name, uint32_t mode);
+  Result<Entry> Mknod(const Caller& c, uint64_t parent, const std::string& name, uint32_t mode);
+  Result<Entry> Symlink(const Caller& c, uint64_t parent, const std::string& name,
+                        const std::string& target);
+  Result<Entry> Link(uint64_t ino, uint64_t new_parent, const std::string& new_name);
+  Status Unlink(uint64_t parent, const std::string& name);
+  Status Rmdir(uint64_t parent, const std::string& name);
+  Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                const std::string& new_name, unsigned int flags);
+  Result<std::string> Readlink(uint64_t ino);
+  // Entries of a directory after offset (0 = from the start), at most max.
+  Result<std::vector<DirEntry>> Readdir(uint64_t ino, uint64_t offset, size_t max);
+
+  // --- attributes and xattrs (filesystem_attrs.cc)
+  Result<Attr> GetAttr(uint64_t ino);
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh);
+  Result<std::string> GetXattr(uint64_t ino, const std::string& name);
+  Result<std::vector<std::string>> ListXattr(uint64_t ino);
+  Status SetXattr(uint64_t ino, const std::string& name, const std::string& value, int flags);
+  Status RemoveXattr(uint64_t ino, const std::string& name);
+  Result<struct statvfs> StatFs();
+
+  // --- file I/O (filesystem_io.cc)
+  struct Opened {
+    FileHandle* fh = nullptr;
+    bool keep_cache = false;  // sealed data never changes: keep the page cache
+    bool direct_io = false;   // generated control files
+  };
+  Result<Opened> OpenFile(uint64_t ino, int flags);
+  // Create and open in one step (O_CREAT).
+  Result<std::pair<Entry, Opened>> Create(const Caller& c, uint64_t parent, const std::string& name,
+                                          uint32_t mode, int flags);
+  Result<size_t> Read(FileHandle* fh, void* buf, size_t n, uint64_t offset);
+  Result<size_t> Write(FileHandle* fh, const void* buf, size_t n, uint64_t offset);
+  // For the FUSE glue's splice path: the backing descriptor (or -1), and the
+  // bookkeeping to do after it wrote n bytes at offset itself.
+  int BackingFd(FileHandle* fh) const;
+  void NoteWritten(FileHandle* fh, uint64_t offset, size_t n);
+  Status Flush(FileHandle* fh);
+  Status Fsync(FileHandle* fh, bool datasync);
+  Status Release(FileHandle* fh);
+  Status OpenDir(uint64_t ino);
+  Status FsyncDir();
+
+  // --- checkpoint steps (filesystem_steps.cc)
+  // Asks for the step to be committed and waits for the outcome (ckptfs
+  // commit, setfattr user.ckptfs.commit).
+  Status CommitAndWait(uint64_t step_ino);
+  std::vector<StepSummary> Steps();
+  // Path of an inode relative to the root ("" for the root).
+  std::string PathOf(uint64_t ino);
+  // Hooks for tests: how many inodes are in memory, the first background error.
+  size_t InodeCountForTest();
+
+  // Seam to the commit procedure; set once before serving requests.
+  using CommitRequester = std::function<void(uint64_t step_ino)>;
+  void SetCommitRequester(CommitRequester fn);
+
+  // Step control for CommitCoordinator (filesystem_steps.cc).
+  struct CommitPlan {
+    uint64_t step_ino = 0;
+    std::string step_path;
+    struct File {
+      std::string path;  // relative to the step directory
+      uint64_t ino = 0;
+      uint64_t size = 0;
+    };
+    std::vector<File> files;
+  };
+  // Reserves the step for committing when it wants a commit and has no file
+  // open for writing. EAGAIN: files still open (the last close asks again);
+  // EALREADY: committed already (or no longer a step); ETIMEDOUT: the
+  // request waited longer than commit_wait.
+  Result<CommitPlan> BeginCommit(uint64_t step_ino);
+  // Leaves the step writing (waiting = true keeps the request alive until the
+  // next close in the step) or broken, with the reason.
+  void AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken);
+  // Writes the one synced batch that commits the step.
+  Status FinishCommit(const CommitPlan& plan);
+  // Reads a file of the step for completeness checks.
+  Result<std::unique_ptr<BackingFile>> OpenBacking(uint64_t ino);
+  // Backing files of every file in the plan, for fsync.
+  DataStore* data() { return data_.get(); }
+  // Asks for a commit of every writing step idle for longer than
+  // commit_idle with no file open for writing.
+  void RequestIdleCommits();
+
+  const FileSystemOptions& options() const { return options_; }
+
+ private:
+  FileSystem(FileSystemOptions options, StepPattern pattern, std::unique_ptr<ManifestStore> manifest,
+             std::unique_ptr<DataStore> data, const Clock* clock, EventLog* events);
+
+  struct StepRuntime {
+    bool commit_wanted = false;
+    int64_t wanted_since = 0;  // monotonic ns
+    bool committing = false;
+    int64_t last_activity = 0;  // monotonic ns
+    uint64_t outcome_gen = 0;   // bumped whenever a commit attempt ends
+  };
+
+  // Loading and recovery (filesystem_recovery.cc).
+  Status Load();
+  Status Recover();
+
+  // Helpers; REQUIRES: mu_ held.
+  Inode* Find(uint64_t ino);
+  Result<Inode*> FindDir(uint64_t ino);
+  Entry MakeEntry(Inode* inode);
+  struct stat StatOf(const Inode& inode) const;
+  Status CheckName(const std::string& name) const;
+  Status CheckWritableDir(Inode* dir) const;
+  // The step directory containing ino (itself included), or 0.
+  uint64_t StepOf(uint64_t ino);
+  bool InsideStep(uint64_t dir_ino) { return StepOf(dir_ino) != 0; }
+  bool IsSealedStep(uint64_t step_ino) const;
+  // The newest committed step directly under run, or 0.
+  uint64_t LatestStepOf(uint64_t run_ino);
+  bool HasRealChild(Inode* dir, const std::string& name) const;
+  Result<Inode*> NewInode(const Caller& c, uint64_t parent, const std::string& name, uint32_t mode,
+                          ManifestBatch* batch);
+  void AddChild(Inode* dir, const std::string& name, Inode* child, ManifestBatch* batch);
+  void RemoveChild(Inode* dir, const std::string& name, ManifestBatch* batch);
+  void PutInode(const Inode& inode, ManifestBatch* batch);
+  // Drops a link; deletes the inode when the last link and handle are gone.
+  void DropLink(Inode* inode, ManifestBatch* batch, std::vector<uint64_t>* backing_to_remove);
+  void MaybeEvict(uint64_t ino);
+  Status Apply(const ManifestBatch& batch, bool sync);
+  void TouchDir(Inode* dir, const timespec& now);
+  // Step records follow directory names (mkdir, rename, rmdir).
+  void ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now);
+  void NoteActivity(uint64_t ino);
+  void RequestCommitLocked(uint64_t step_ino);
+  bool IsMarkerName(const std::string& name) const;
+  uint32_t OpenWritersUnder(Inode* dir);
+  std::string PathOfLocked(uint64_t ino);
+  void CollectFiles(Inode* dir, const std::string& prefix,
+                    std::vector<std::pair<std::string, uint64_t>>* out);
+  void EmitStepEvent(const char* event, uint64_t step_ino, const StepRecord& rec,
+                     const std::string& detail = "");
+  // Waits (releasing mu_) until no step containing dir_ino is committing,
+  // so a step is frozen between BeginCommit and its outcome.
+  void WaitUntilNotCommitting(std::unique_lock<std::mutex>& lock, uint64_t dir_ino);
+  // The first background error (failed manifest write) is kept and returned
+  // by every later mutation, as LevelDB's bg_error_: the in-memory image may
+  // then be ahead of the manifest, so nothing more is written; a restart
+  // recovers from the manifest.
+  Status CheckHealthy() const;
+
+  // Virtual nodes (filesystem_virtual.cc).
+  bool IsVirtual(uint64_t ino) const { return (ino & (kVirtualBit | kLatestBit)) != 0; }
+  static Status NotPermittedVirtual() {
+    return Status::Error(EPERM, "ckptfs control entries and 'latest' links are managed by ckptfs");
+  }
+  Result<Entry> LookupVirtual(uint64_t parent, const std::string& name);
+  Result<Attr> GetAttrVirtual(uint64_t ino);
+  std::string RenderControlFile(uint64_t ino);
+  std::optional<std::string> StepXattr(uint64_t ino, const std::string& name);
+
+  const FileSystemOptions options_;
+  const StepPattern pattern_;
+  std::unique_ptr<ManifestStore> manifest_;
+  std::unique_ptr<DataStore> data_;
+  const Clock* const clock_;
+  EventLog* const events_;
+  const timespec start_time_;
+
+  mutable std::mutex mu_;
+  std::condition_variable step_cv_;  // commit outcomes; commit reservations ending
+  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;  // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, StepRecord> steps_;               // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, StepRuntime> step_runtime_;       // GUARDED_BY(mu_)
+  uint64_t next_ino_ = 2;                                        // GUARDED_BY(mu_)
+  CommitRequester request_commit_;
+  Status bg_error_;  // GUARDED_BY(mu_)
+  uint64_t fsyncdir_seq_ = 0;  // GUARDED_BY(mu_)
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,162 @@
+// Attributes, extended attributes and statfs.
+#include <sys/xattr.h>
+
+#include "namespace/file_handle.h"
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+namespace {
+constexpr const char* kUserPrefix = "user.";
+constexpr const char* kCommitXattr = "user.ckptfs.commit";
+constexpr size_t kMaxXattrsPerInode = 1024;
+
+bool IsStepXattrName(const std::string& name) {
+  static const char* kNames[] = {"user.ckptfs.state", "user.ckptfs.step", "user.ckptfs.bytes",
+                                 "user.ckptfs.files", "user.ckptfs.committed_at",
+                                 "user.ckptfs.persisted", "user.ckptfs.error"};
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  return false;
+}
+}  // namespace
+
+Result<Attr> FileSystem::GetAttr(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (IsVirtual(ino)) return GetAttrVirtual(ino);
+  Inode* inode = Find(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  return Attr{StatOf(*inode), options_.attr_timeout};
+}
+
+Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(ino)) return NotPermittedVirtual();
+  if (req.size) WaitUntilNotCommitting(lock, ino);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  Inode* inode = Find(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  const timespec now = clock_->Now();
+  if (req.size) {
+    if (inode->is_dir()) return Status::Error(EISDIR, "is a directory");
+    if (!inode->is_reg()) return Status::Error(EINVAL, "not a regular file");
+    if (inode->rec.sealed) return Status::Error(EROFS, "file belongs to a committed step and is read-only");
+    std::unique_ptr<BackingFile> own;
+    BackingFile* file = fh && fh->file ? fh->file.get() : nullptr;
+    if (!file) {
+      auto opened = data_->Open(ino, /*create=*/true);
+      if (!opened.ok()) return opened.status();
+      own = std::move(opened).value();
+      file = own.get();
+    }
+    CKPTFS_RETURN_IF_ERROR(file->Truncate(*req.size));
+    inode->rec.size = *req.size;
+    inode->rec.mtime = now;
+    NoteActivity(ino);
+  }
+  if (req.mode) inode->rec.mode = (inode->rec.mode & S_IFMT) | (*req.mode & 07777);
+  if (req.uid) inode->rec.uid = *req.uid;
+  if (req.gid) inode->rec.gid = *req.gid;
+  if (req.atime_now) inode->rec.atime = now;
+  else if (req.atime) inode->rec.atime = *req.atime;
+  if (req.mtime_now) inode->rec.mtime = now;
+  else if (req.mtime) inode->rec.mtime = *req.mtime;
+  inode->rec.ctime = now;
+  ManifestBatch batch;
+  PutInode(*inode, &batch);
+  inode->dirty = false;
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  return Attr{StatOf(*inode), options_.attr_timeout};
+}
+
+Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (IsVirtual(ino)) return Status::Error(ENODATA, "no such attribute");
+  if (!Find(ino)) return Status::Error(ENOENT, "no such inode");
+  if (auto v = StepXattr(ino, name)) return *v;
+  Inode* inode = Find(ino);
+  auto it = inode->xattrs.find(name);
+  // ENODATA, never ENOTSUP: the kernel would stop asking for any xattr.
+  if (it == inode->xattrs.end()) return Status::Error(ENODATA, "no such attribute");
+  return it->second;
+}
+
+Result<std::vector<std::string>> FileSystem::ListXattr(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (IsVirtual(ino)) return std::vector<std::string>{};
+  Inode* inode = Find(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  std::vector<std::string> names;
+  if (steps_.count(ino)) {
+    for (const char* n : {"user.ckptfs.state", "user.ckptfs.step", "user.ckptfs.bytes",
+                          "user.ckptfs.files", "user.ckptfs.committed_at", "user.ckptfs.error"}) {
+      if (StepXattr(ino, n)) names.push_back(n);
+    }
+  }
+  for (const auto& [name, value] : inode->xattrs) names.push_back(name);
+  return names;
+}
+
+Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::string& value,
+                            int flags) {
+  if (name.rfind(kUserPrefix, 0) != 0) {
+    return Status::Error(ENOTSUP, "only user.* extended attributes are supported");
+  }
+  if (name == kCommitXattr) {
+    if (value != "1") return Status::Error(EINVAL, "user.ckptfs.commit takes the value 1");
+    return CommitAndWait(ino);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(ino)) return NotPermittedVirtual();
+  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  Inode* inode = Find(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (IsStepXattrName(name)) return Status::Error(EPERM, name + " is maintained by ckptfs");
+  const bool exists = inode->xattrs.count(name) != 0;
+  if ((flags & XATTR_CREATE) && exists) return Status::Error(EEXIST, name + " exists");
+  if ((flags & XATTR_REPLACE) && !exists) return Status::Error(ENODATA, name + " does not exist");
+  if (!exists && inode->xattrs.size() >= kMaxXattrsPerInode) {
+    return Status::Error(ENOSPC, "too many extended attributes");
+  }
+  inode->xattrs[name] = value;
+  inode->rec.ctime = clock_->Now();
+  ManifestBatch batch;
+  batch.Put(KeySpace::kXattrs, XattrKey(ino, name), value);
+  PutInode(*inode, &batch);
+  return Apply(batch, false);
+}
+
+Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(ino)) return NotPermittedVirtual();
+  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  Inode* inode = Find(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (IsStepXattrName(name)) return Status::Error(EPERM, name + " is maintained by ckptfs");
+  if (!inode->xattrs.erase(name)) return Status::Error(ENODATA, name + " does not exist");
+  inode->rec.ctime = clock_->Now();
+  ManifestBatch batch;
+  batch.Delete(KeySpace::kXattrs, XattrKey(ino, name));
+  PutInode(*inode, &batch);
+  return Apply(batch, false);
+}
+
+Result<struct statvfs> FileSystem::StatFs() {
+  auto space = data_->Capacity();
+  if (!space.ok()) return space.status();
+  struct statvfs st {};
+  st.f_bsize = space->block_size;
+  st.f_frsize = space->block_size;
+  st.f_blocks = space->blocks;
+  st.f_bfree = space->blocks_free;
+  st.f_bavail = space->blocks_avail;
+  std::lock_guard<std::mutex> lock(mu_);
+  st.f_files = inodes_.size() + (1ULL << 32);
+  st.f_ffree = 1ULL << 32;
+  st.f_favail = st.f_ffree;
+  st.f_namemax = 255;
+  return st;
+}
+
+}  // namespace ckptfs

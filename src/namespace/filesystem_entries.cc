@@ -1,0 +1,376 @@
+// Namespace operations on directory entries: lookup, create, link, unlink,
+// rename, readdir.
+#include <fcntl.h>
+#include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
+
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+namespace {
+constexpr uint64_t kFirstRealOffset = 4;  // after ".", "..", ".ckptfs", "latest"
+constexpr size_t kSymlinkMax = 4095;
+
+}  // namespace
+
+Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (IsVirtual(parent)) return LookupVirtual(parent, name);
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  auto it = (*dir)->children.find(name);
+  if (it != (*dir)->children.end()) {
+    Inode* child = Find(it->second.ino);
+    if (!child) return Status::Error(EIO, "dangling entry " + name);
+    return MakeEntry(child);
+  }
+  return LookupVirtual(parent, name);
+}
+
+void FileSystem::Forget(uint64_t ino, uint64_t nlookup) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (IsVirtual(ino)) return;
+  Inode* inode = Find(ino);
+  if (!inode) return;
+  inode->lookups = nlookup > inode->lookups ? 0 : inode->lookups - nlookup;
+  MaybeEvict(ino);
+}
+
+Result<Entry> FileSystem::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
+                                uint32_t mode) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  WaitUntilNotCommitting(lock, parent);
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  CKPTFS_RETURN_IF_ERROR(CheckName(name));
+  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
+  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
+    return Status::Error(EEXIST, name + " exists");
+  }
+  ManifestBatch batch;
+  auto inode = NewInode(c, parent, name, S_IFDIR | (mode & 07777), &batch);
+  if (!inode.ok()) return inode.status();
+  AddChild(*dir, name, *inode, &batch);
+  bool unused = false;
+  ReclassifyDir(*inode, &batch, &unused);
+  NoteActivity(parent);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  return MakeEntry(*inode);
+}
+
+Result<Entry> FileSystem::Mknod(const Caller& c, uint64_t parent, const std::string& name,
+                                uint32_t mode) {
+  const uint32_t type = mode & S_IFMT;
+  if (type != S_IFREG && type != S_IFIFO && type != S_IFSOCK) {
+    return Status::Error(EPERM, "device nodes are not supported");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  WaitUntilNotCommitting(lock, parent);
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  CKPTFS_RETURN_IF_ERROR(CheckName(name));
+  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
+  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
+    return Status::Error(EEXIST, name + " exists");
+  }
+  ManifestBatch batch;
+  auto inode = NewInode(c, parent, name, mode, &batch);
+  if (!inode.ok()) return inode.status();
+  AddChild(*dir, name, *inode, &batch);
+  NoteActivity(parent);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  return MakeEntry(*inode);
+}
+
+Result<Entry> FileSystem::Symlink(const Caller& c, uint64_t parent, const std::string& name,
+                                  const std::string& target) {
+  if (target.empty()) return Status::Error(ENOENT, "empty symlink target");
+  if (target.size() > kSymlinkMax) return Status::Error(ENAMETOOLONG, "symlink target too long");
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  WaitUntilNotCommitting(lock, parent);
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  CKPTFS_RETURN_IF_ERROR(CheckName(name));
+  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
+  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
+    return Status::Error(EEXIST, name + " exists");
+  }
+  ManifestBatch batch;
+  auto inode = NewInode(c, parent, name, S_IFLNK | 0777, &batch);
+  if (!inode.ok()) return inode.status();
+  (*inode)->rec.symlink_target = target;
+  (*inode)->rec.size = target.size();
+  PutInode(**inode, &batch);
+  AddChild(*dir, name, *inode, &batch);
+  NoteActivity(parent);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  return MakeEntry(*inode);
+}
+
+Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(ino)) return NotPermittedVirtual();
+  if (IsVirtual(new_parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  WaitUntilNotCommitting(lock, new_parent);
+  Inode* inode = Find(ino);
+  if (!inode || inode->rec.nlink == 0) return Status::Error(ENOENT, "no such file");
+  if (inode->is_dir()) return Status::Error(EPERM, "hard links to directories are not allowed");
+  auto dir = FindDir(new_parent);
+  if (!dir.ok()) return dir.status();
+  CKPTFS_RETURN_IF_ERROR(CheckName(new_name));
+  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
+  if (HasRealChild(*dir, new_name) || (new_parent == kRootIno && new_name == kControlDirName)) {
+    return Status::Error(EEXIST, new_name + " exists");
+  }
+  if (inode->rec.nlink >= 65000) return Status::Error(EMLINK, "too many links");
+  ManifestBatch batch;
+  inode->rec.nlink++;
+  inode->rec.ctime = clock_->Now();
+  AddChild(*dir, new_name, inode, &batch);
+  PutInode(*inode, &batch);
+  NoteActivity(new_parent);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  return MakeEntry(inode);
+}
+
+Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  WaitUntilNotCommitting(lock, parent);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  auto it = (*dir)->children.find(name);
+  if (it == (*dir)->children.end()) {
+    if ((parent == kRootIno && name == kControlDirName) ||
+        (name == kLatestName && LatestStepOf(parent) != 0)) {
+      return NotPermittedVirtual();
+    }
+    return Status::Error(ENOENT, name + " does not exist");
+  }
+  Inode* child = Find(it->second.ino);
+  if (!child) return Status::Error(EIO, "dangling entry " + name);
+  if (child->is_dir()) return Status::Error(EISDIR, name + " is a directory");
+  // Deleting from a committed step is allowed: steps may be pruned file by
+  // file (rm -rf); what is sealed is the data, not the directory.
+  ManifestBatch batch;
+  std::vector<uint64_t> remove;
+  RemoveChild(*dir, name, &batch);
+  DropLink(child, &batch, &remove);
+  NoteActivity(parent);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  for (uint64_t ino : remove) (void)data_->Remove(ino);
+  MaybeEvict(child->rec.ino);
+  return Status::Ok();
+}
+
+Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  WaitUntilNotCommitting(lock, parent);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  auto it = (*dir)->children.find(name);
+  if (it == (*dir)->children.end()) {
+    if (parent == kRootIno && name == kControlDirName) return NotPermittedVirtual();
+    return Status::Error(ENOENT, name + " does not exist");
+  }
+  Inode* child = Find(it->second.ino);
+  if (!child) return Status::Error(EIO, "dangling entry " + name);
+  if (!child->is_dir()) return Status::Error(ENOTDIR, name + " is not a directory");
+  WaitUntilNotCommitting(lock, child->rec.ino);
+  dir = FindDir(parent);  // the wait may have released mu_
+  if (!dir.ok()) return dir.status();
+  it = (*dir)->children.find(name);
+  if (it == (*dir)->children.end()) return Status::Error(ENOENT, name + " does not exist");
+  child = Find(it->second.ino);
+  if (!child->children.empty()) return Status::Error(ENOTEMPTY, name + " is not empty");
+  ManifestBatch batch;
+  std::vector<uint64_t> remove;
+  RemoveChild(*dir, name, &batch);
+  DropLink(child, &batch, &remove);
+  NoteActivity(parent);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  MaybeEvict(child->rec.ino);
+  return Status::Ok();
+}
+
+Result<std::string> FileSystem::Readlink(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ino & kLatestBit && !(ino & kVirtualBit)) {
+    const uint64_t run = ino & ~kLatestBit;
+    const uint64_t step = LatestStepOf(run);
+    if (step == 0) return Status::Error(ENOENT, "no committed step");
+    return Find(step)->name;
+  }
+  Inode* inode = Find(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (!inode->is_symlink()) return Status::Error(EINVAL, "not a symlink");
+  return inode->rec.symlink_target;
+}
+
+Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                          const std::string& new_name, unsigned int flags) {
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
+    return Status::Error(EINVAL, "unsupported rename flags");
+  }
+  if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) {
+    return Status::Error(EINVAL, "RENAME_NOREPLACE and RENAME_EXCHANGE together");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(parent) || IsVirtual(new_parent)) {
+    return Status::Error(EXDEV, "cannot move into or out of the ckptfs control directory");
+  }
+  WaitUntilNotCommitting(lock, parent);
+  WaitUntilNotCommitting(lock, new_parent);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  auto src_dir = FindDir(parent);
+  if (!src_dir.ok()) return src_dir.status();
+  auto dst_dir = FindDir(new_parent);
+  if (!dst_dir.ok()) return dst_dir.status();
+  CKPTFS_RETURN_IF_ERROR(CheckName(new_name));
+  auto sit = (*src_dir)->children.find(name);
+  if (sit == (*src_dir)->children.end()) {
+    if ((parent == kRootIno && name == kControlDirName) ||
+        (name == kLatestName && LatestStepOf(parent) != 0)) {
+      return NotPermittedVirtual();
+    }
+    return Status::Error(ENOENT, name + " does not exist");
+  }
+  if (new_parent == kRootIno && new_name == kControlDirName) return NotPermittedVirtual();
+  Inode* src = Find(sit->second.ino);
+  if (!src) return Status::Error(EIO, "dangling entry " + name);
+  if (src->is_dir()) WaitUntilNotCommitting(lock, src->rec.ino);
+  // Re-resolve: the waits may have released mu_.
+  src_dir = FindDir(parent);
+  dst_dir = FindDir(new_parent);
+  if (!src_dir.ok() || !dst_dir.ok()) return Status::Error(ENOENT, "directory vanished");
+  sit = (*src_dir)->children.find(name);
+  if (sit == (*src_dir)->children.end()) return Status::Error(ENOENT, name + " does not exist");
+  src = Find(sit->second.ino);
+
+  // Moving an entry across a committed step's boundary would change sealed
+  // contents; a whole step directory may move.
+  const uint64_t src_step = StepOf(parent);
+  const uint64_t dst_step = StepOf(new_parent);
+  if ((src_step != 0 && IsSealedStep(src_step)) || (dst_step != 0 && IsSealedStep(dst_step))) {
+    return Status::Error(EROFS, "step is committed; its contents are read-only");
+  }
+  // A directory may not move below itself.
+  if (src->is_dir()) {
+    for (uint64_t x = new_parent; x != 0 && x != kRootIno; x = Find(x) ? Find(x)->rec.parent : 0) {
+      if (x == src->rec.ino) return Status::Error(EINVAL, "cannot move a directory below itself");
+    }
+  }
+  auto dit = (*dst_dir)->children.find(new_name);
+  Inode* dst = dit == (*dst_dir)->children.end() ? nullptr : Find(dit->second.ino);
+  if (dst == src) return Status::Ok();  // same inode: POSIX says do nothing
+
+  ManifestBatch batch;
+  std::vector<uint64_t> remove;
+  const timespec now = clock_->Now();
+  bool commit_src = false;
+  bool commit_dst = false;
+  if (flags & RENAME_EXCHANGE) {
+    if (!dst) return Status::Error(ENOENT, new_name + " does not exist");
+    if (dst->is_dir()) {
+      for (uint64_t x = parent; x != 0 && x != kRootIno; x = Find(x) ? Find(x)->rec.parent : 0) {
+        if (x == dst->rec.ino) return Status::Error(EINVAL, "cannot move a directory below itself");
+      }
+      WaitUntilNotCommitting(lock, dst->rec.ino);
+    }
+    // Swap the two entries in place, keeping their readdir cookies.
+    DentryRecord& a = (*src_dir)->children[name];
+    DentryRecord& b = (*dst_dir)->children[new_name];
+    std::swap(a.ino, b.ino);
+    batch.Put(KeySpace::kDentries, DentryKey(parent, name), EncodeDentry(a));
+    batch.Put(KeySpace::kDentries, DentryKey(new_parent, new_name), EncodeDentry(b));
+    if (parent != new_parent && src->is_dir() != dst->is_dir()) {
+      if (src->is_dir()) {
+        (*src_dir)->rec.nlink--;
+        (*dst_dir)->rec.nlink++;
+      } else {
+        (*src_dir)->rec.nlink++;
+        (*dst_dir)->rec.nlink--;
+      }
+    }
+    src->rec.parent = new_parent;
+    src->name = new_name;
+    dst->rec.parent = parent;
+    dst->name = name;
+    src->rec.ctime = dst->rec.ctime = now;
+    TouchDir(*src_dir, now);
+    TouchDir(*dst_dir, now);
+    PutInode(*src, &batch);
+    PutInode(*dst, &batch);
+    PutInode(**src_dir, &batch);
+    if (*dst_dir != *src_dir) PutInode(**dst_dir, &batch);
+    if (src->is_dir()) ReclassifyDir(src, &batch, &commit_src);
+    if (dst->is_dir()) ReclassifyDir(dst, &batch, &commit_dst);
+  } else {
+    if (dst) {
+      if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, new_name + " exists");
+      if (src->is_dir() && !dst->is_dir()) return Status::Error(ENOTDIR, new_name + " is not a directory");
+      if (!src->is_dir() && dst->is_dir()) return Status::Error(EISDIR, new_name + " is a directory");
+      if (dst->is_dir()) {
+        WaitUntilNotCommitting(lock, dst->rec.ino);
+        if (!dst->children.empty()) return Status::Error(ENOTEMPTY, new_name + " is not empty");
+      }
+      RemoveChild(*dst_dir, new_name, &batch);
+      DropLink(dst, &batch, &remove);
+    }
+    RemoveChild(*src_dir, name, &batch);
+    AddChild(*dst_dir, new_name, src, &batch);
+    src->rec.ctime = now;
+    PutInode(*src, &batch);
+    if (src->is_dir()) ReclassifyDir(src, &batch, &commit_src);
+  }
+  NoteActivity(parent);
+  NoteActivity(new_parent);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  for (uint64_t ino : remove) (void)data_->Remove(ino);
+  if (dst && !(flags & RENAME_EXCHANGE)) MaybeEvict(dst->rec.ino);
+  if (commit_src) RequestCommitLocked(src->rec.ino);
+  if (commit_dst) RequestCommitLocked(dst->rec.ino);
+  return Status::Ok();
+}
+
+Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset, size_t max) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<DirEntry> out;
+  if (ino == kControlDirIno) {
+    const std::pair<const char*, uint64_t> fixed[] = {
+        {".", kControlDirIno}, {"..", kRootIno}, {"status.json", kStatusFileIno}, {"events", kEventsFileIno}};
+    for (uint64_t i = offset; i < 4 && out.size() < max; ++i) {
+      out.push_back(DirEntry{fixed[i].first, fixed[i].second,
+                             static_cast<uint32_t>(i < 2 ? S_IFDIR : S_IFREG), i + 1});
+    }
+    return out;
+  }
+  if (IsVirtual(ino)) return Status::Error(ENOTDIR, "not a directory");
+  auto dir = FindDir(ino);
+  if (!dir.ok()) return dir.status();
+  Inode* d = *dir;
+  if (offset < 1 && out.size() < max) out.push_back(DirEntry{".", ino, S_IFDIR, 1});
+  if (offset < 2 && out.size() < max) out.push_back(DirEntry{"..", d->rec.parent ? d->rec.parent : ino, S_IFDIR, 2});
+  if (offset < 3 && out.size() < max && ino == kRootIno && !HasRealChild(d, kControlDirName)) {
+    out.push_back(DirEntry{kControlDirName, kControlDirIno, S_IFDIR, 3});
+  }
+  if (offset < 4 && out.size() < max && !HasRealChild(d, kLatestName) && LatestStepOf(ino) != 0) {
+    out.push_back(DirEntry{kLatestName, kLatestBit | ino, S_IFLNK, 4});
+  }
+  const uint64_t after = offset < kFirstRealOffset ? 0 : offset - kFirstRealOffset;
+  for (auto it = d->by_cookie.upper_bound(after); it != d->by_cookie.end() && out.size() < max; ++it) {
+    const DentryRecord& dent = d->children.at(it->second);
+    Inode* child = Find(dent.ino);
+    out.push_back(DirEntry{it->second, dent.ino, child ? (child->rec.mode & S_IFMT) : 0u,
+                           it->first + kFirstRealOffset});
+  }
+  return out;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,210 @@
+// File I/O: open, create, read, write, flush, fsync, release. Data moves
+// between the caller and the backing file without mu_; sizes and mtimes are
+// kept in memory and reach the manifest at flush, fsync, release and commit,
+// never with a manifest write per write() call.
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "namespace/file_handle.h"
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+namespace {
+bool WantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
+}  // namespace
+
+Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (ino == kStatusFileIno || ino == kEventsFileIno) {
+    if (WantsWrite(flags)) return Status::Error(EROFS, "ckptfs control files are read-only");
+    auto fh = std::make_unique<FileHandle>();
+    fh->ino = ino;
+    fh->content = RenderControlFile(ino);
+    return Opened{fh.release(), false, true};
+  }
+  if (IsVirtual(ino)) return Status::Error(EISDIR, "not a regular file");
+  const bool write = WantsWrite(flags);
+  if (write) WaitUntilNotCommitting(lock, ino);
+  Inode* inode = Find(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (inode->is_dir()) return Status::Error(EISDIR, "is a directory");
+  if (!inode->is_reg()) return Status::Error(EINVAL, "not a regular file");
+  if (write) {
+    CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+    if (inode->rec.sealed) {
+      return Status::Error(EROFS, "file belongs to a committed step and is read-only");
+    }
+  }
+  // A backing file lost in a crash before it was synced reads as empty.
+  auto file = data_->Open(ino, /*create=*/!inode->rec.sealed);
+  if (!file.ok()) return file.status().Annotate("opening backing file");
+  auto fh = std::make_unique<FileHandle>();
+  fh->ino = ino;
+  fh->writable = write;
+  fh->file = std::move(file).value();
+  inode->open_handles++;
+  if (write) {
+    inode->open_writers++;
+    NoteActivity(ino);
+  }
+  return Opened{fh.release(), inode->rec.sealed, false};
+}
+
+Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c, uint64_t parent,
+                                                                const std::string& name,
+                                                                uint32_t mode, int flags) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  WaitUntilNotCommitting(lock, parent);
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  CKPTFS_RETURN_IF_ERROR(CheckName(name));
+  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
+  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
+    return Status::Error(EEXIST, name + " exists");
+  }
+  ManifestBatch batch;
+  auto inode = NewInode(c, parent, name, S_IFREG | (mode & 07777), &batch);
+  if (!inode.ok()) return inode.status();
+  AddChild(*dir, name, *inode, &batch);
+  NoteActivity(parent);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  auto file = data_->Open((*inode)->rec.ino, /*create=*/true);
+  if (!file.ok()) return file.status().Annotate("opening backing file");
+  auto fh = std::make_unique<FileHandle>();
+  fh->ino = (*inode)->rec.ino;
+  fh->writable = WantsWrite(flags);
+  fh->file = std::move(file).value();
+  (*inode)->open_handles++;
+  if (fh->writable) (*inode)->open_writers++;
+  Entry e = MakeEntry(*inode);
+  return std::make_pair(e, Opened{fh.release(), false, false});
+}
+
+Result<size_t> FileSystem::Read(FileHandle* fh, void* buf, size_t n, uint64_t offset) {
+  if (!fh->file) {
+    if (offset >= fh->content.size()) return size_t{0};
+    const size_t len = std::min<size_t>(n, fh->content.size() - offset);
+    std::memcpy(buf, fh->content.data() + offset, len);
+    return len;
+  }
+  return fh->file->PRead(buf, n, offset);
+}
+
+Result<size_t> FileSystem::Write(FileHandle* fh, const void* buf, size_t n, uint64_t offset) {
+  if (!fh->writable || !fh->file) return Status::Error(EBADF, "not open for writing");
+  auto written = fh->file->PWrite(buf, n, offset);
+  if (!written.ok()) return written.status();
+  NoteWritten(fh, offset, *written);
+  return written;
+}
+
+int FileSystem::BackingFd(FileHandle* fh) const { return fh->file ? fh->file->fd() : -1; }
+
+void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* inode = Find(fh->ino);
+  if (!inode) return;
+  inode->rec.size = std::max<uint64_t>(inode->rec.size, offset + n);
+  inode->rec.mtime = inode->rec.ctime = clock_->Now();
+  inode->dirty = true;
+  NoteActivity(fh->ino);
+}
+
+Status FileSystem::Flush(FileHandle* fh) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* inode = Find(fh->ino);
+  if (!inode || !inode->dirty || inode->rec.nlink == 0) return Status::Ok();
+  ManifestBatch batch;
+  PutInode(*inode, &batch);
+  inode->dirty = false;
+  return Apply(batch, false);
+}
+
+Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {
+  if (!fh->file) return Status::Ok();
+  CKPTFS_RETURN_IF_ERROR(fh->file->Sync());
+  bool sync_dir = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Inode* inode = Find(fh->ino);
+    sync_dir = inode && inode->backing_unsynced;
+  }
+  // A new file's backing directory entry must be durable too.
+  if (sync_dir) CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* inode = Find(fh->ino);
+  if (!inode) return Status::Ok();
+  if (sync_dir) inode->backing_unsynced = false;
+  ManifestBatch batch;
+  if (inode->rec.nlink > 0) PutInode(*inode, &batch);
+  inode->dirty = false;
+  return Apply(batch, true);
+}
+
+Status FileSystem::Release(FileHandle* fh) {
+  std::unique_ptr<FileHandle> owned(fh);
+  if (!fh->file) return Status::Ok();  // control files
+  fh->file.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* inode = Find(fh->ino);
+  if (!inode) return Status::Ok();
+  if (inode->open_handles > 0) inode->open_handles--;
+  if (fh->writable && inode->open_writers > 0) inode->open_writers--;
+  ManifestBatch batch;
+  Status st;
+  if (inode->rec.nlink == 0) {
+    if (inode->open_handles == 0) {
+      // The last handle of an unlinked file: now its data can go.
+      batch.Delete(KeySpace::kInodes, InoKey(fh->ino));
+      for (const auto& [name, value] : inode->xattrs) {
+        batch.Delete(KeySpace::kXattrs, XattrKey(fh->ino, name));
+      }
+      st = Apply(batch, false);
+      if (st.ok() && inode->is_reg()) (void)data_->Remove(fh->ino);
+      MaybeEvict(fh->ino);
+    }
+    return st;
+  }
+  if (inode->dirty) {
+    PutInode(*inode, &batch);
+    inode->dirty = false;
+    st = Apply(batch, false);
+  }
+  if (!fh->writable) return st;
+  NoteActivity(fh->ino);
+  if (inode->open_writers == 0) {
+    // A marker closed directly in a step commits it; any close in a step
+    // whose commit waits for files lets the commit try again.
+    auto step = steps_.find(inode->rec.parent);
+    if (step != steps_.end() && IsMarkerName(inode->name) &&
+        step->second.state != StepState::kCommitted) {
+      RequestCommitLocked(step->first);
+    } else if (uint64_t s = StepOf(fh->ino); s != 0 && step_runtime_[s].commit_wanted) {
+      RequestCommitLocked(s);
+    }
+  }
+  return st;
+}
+
+Status FileSystem::OpenDir(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ino == kControlDirIno) return Status::Ok();
+  if (IsVirtual(ino)) return Status::Error(ENOTDIR, "not a directory");
+  auto dir = FindDir(ino);
+  return dir.ok() ? Status::Ok() : dir.status();
+}
+
+Status FileSystem::FsyncDir() {
+  // Directory entries live in the manifest: a synced write makes every
+  // earlier one durable.
+  std::lock_guard<std::mutex> lock(mu_);
+  ManifestBatch batch;
+  batch.Put(KeySpace::kMeta, "fsyncdir_seq", std::to_string(++fsyncdir_seq_));
+  return Apply(batch, true);
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,165 @@
+// Loading the namespace from the manifest, and recovery after an unclean
+// stop. Why each crash point is safe is written down in docs/manifest.md.
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+namespace {
+constexpr const char* kFormatKey = "format_version";
+constexpr const char* kFormatVersion = "1";
+}  // namespace
+
+Status FileSystem::Load() {
+  auto version = manifest_->Get(KeySpace::kMeta, kFormatKey);
+  if (!version.ok()) return version.status();
+  if (version->has_value() && **version != kFormatVersion) {
+    return Status::Error(EINVAL, "manifest format version " + **version +
+                                     " is not supported by this ckptfs (expects " + kFormatVersion + ")");
+  }
+  Status decode_error;
+  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kInodes, "", [&](std::string_view, std::string_view v) {
+    auto rec = DecodeInode(v);
+    if (!rec.ok()) {
+      decode_error = rec.status();
+      return false;
+    }
+    auto inode = std::make_unique<Inode>();
+    inode->rec = std::move(rec).value();
+    next_ino_ = std::max(next_ino_, inode->rec.ino + 1);
+    inodes_[inode->rec.ino] = std::move(inode);
+    return true;
+  }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kDentries, "", [&](std::string_view k, std::string_view v) {
+    auto key = DecodeNamedKey(k);
+    auto dent = DecodeDentry(v);
+    if (!key.ok() || !dent.ok()) {
+      decode_error = key.ok() ? dent.status() : key.status();
+      return false;
+    }
+    Inode* dir = Find(key->first);
+    Inode* child = Find(dent->ino);
+    if (!dir || !child) {
+      decode_error = Status::Error(EIO, "manifest entry " + key->second + " points to a missing inode");
+      return false;
+    }
+    dir->children[key->second] = *dent;
+    dir->by_cookie[dent->cookie] = key->second;
+    child->name = key->second;
+    if (child->is_dir()) child->rec.parent = key->first;
+    return true;
+  }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kXattrs, "", [&](std::string_view k, std::string_view v) {
+    auto key = DecodeNamedKey(k);
+    if (!key.ok()) {
+      decode_error = key.status();
+      return false;
+    }
+    if (Inode* inode = Find(key->first)) inode->xattrs[key->second] = std::string(v);
+    return true;
+  }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kSteps, "", [&](std::string_view k, std::string_view v) {
+    auto ino = DecodeInoKey(k);
+    auto rec = DecodeStep(v);
+    if (!ino.ok() || !rec.ok()) {
+      decode_error = ino.ok() ? rec.status() : ino.status();
+      return false;
+    }
+    if (Find(*ino)) steps_[*ino] = std::move(rec).value();
+    return true;
+  }));
+  return decode_error;
+}
+
+Status FileSystem::Recover() {
+  ManifestBatch batch;
+  const timespec now = clock_->Now();
+  if (!Find(kRootIno)) {
+    // A new cache: the root directory, owned by whoever mounts.
+    auto root = std::make_unique<Inode>();
+    root->rec.ino = kRootIno;
+    root->rec.mode = S_IFDIR | 0755;
+    root->rec.uid = getuid();
+    root->rec.gid = getgid();
+    root->rec.nlink = 2;
+    root->rec.atime = root->rec.mtime = root->rec.ctime = now;
+    PutInode(*root, &batch);
+    inodes_[kRootIno] = std::move(root);
+    batch.Put(KeySpace::kMeta, kFormatKey, kFormatVersion);
+  }
+
+  // Orphans: unlinked while open when the daemon stopped.
+  std::vector<uint64_t> orphans;
+  for (auto& [ino, inode] : inodes_) {
+    if (inode->rec.nlink == 0 && ino != kRootIno) orphans.push_back(ino);
+  }
+  for (uint64_t ino : orphans) {
+    Inode* inode = Find(ino);
+    batch.Delete(KeySpace::kInodes, InoKey(ino));
+    for (const auto& [name, value] : inode->xattrs) batch.Delete(KeySpace::kXattrs, XattrKey(ino, name));
+    inodes_.erase(ino);
+  }
+
+  // Backing files: remove those no inode owns (created just before a crash);
+  // unsealed files take the size their data actually reached.
+  auto listed = data_->List();
+  if (!listed.ok()) return listed.status();
+  for (uint64_t ino : *listed) {
+    next_ino_ = std::max(next_ino_, ino + 1);
+    Inode* inode = Find(ino);
+    if (!inode || !inode->is_reg()) (void)data_->Remove(ino);
+  }
+  for (auto& [ino, inode] : inodes_) {
+    if (!inode->is_reg()) continue;
+    auto file = data_->Open(ino, /*create=*/false);
+    uint64_t actual = 0;
+    if (file.ok()) {
+      auto size = file.value()->Size();
+      if (size.ok()) actual = *size;
+    }
+    if (!inode->rec.sealed) {
+      if (actual != inode->rec.size) {
+        inode->rec.size = actual;
+        PutInode(*inode, &batch);
+      }
+      continue;
+    }
+    if (actual < inode->rec.size) {
+      // Committed data must be there; if the disk lost it, say so loudly.
+      const uint64_t step = StepOf(ino);
+      const std::string why = "committed file " + PathOfLocked(ino) + " lost data: " +
+                              std::to_string(actual) + " of " + std::to_string(inode->rec.size) + " bytes";
+      events_->Append({{"event", "error"}, {"path", PathOfLocked(ino)}, {"error", why}});
+      if (step != 0) {
+        StepRecord& rec = steps_[step];
+        rec.state = StepState::kBroken;
+        rec.error = why;
+        batch.Put(KeySpace::kSteps, InoKey(step), EncodeStep(rec));
+      }
+    }
+  }
+
+  // Steps: writing ones were not committed before the stop.
+  for (auto& [ino, rec] : steps_) {
+    if (rec.state != StepState::kWriting) continue;
+    rec.state = StepState::kIncomplete;
+    rec.error = "the daemon stopped before this step was committed";
+    batch.Put(KeySpace::kSteps, InoKey(ino), EncodeStep(rec));
+    EmitStepEvent("recovered", ino, rec, rec.error);
+  }
+  const int64_t mono = clock_->MonotonicNanos();
+  for (auto& [ino, rec] : steps_) step_runtime_[ino].last_activity = mono;
+
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, /*sync=*/true));
+  // Removals of orphans' data only after the manifest forgot them.
+  for (uint64_t ino : orphans) (void)data_->Remove(ino);
+  return data_->SyncDir();
+}
+
+}  // namespace ckptfs

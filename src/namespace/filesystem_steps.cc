@@ -1,0 +1,309 @@
+// Checkpoint steps inside the namespace: which directories are steps, their
+// states, commit requests and the state changes of a commit (SPEC section 3).
+// The commit procedure that runs between BeginCommit and FinishCommit
+// (completeness check, fsync) is CommitCoordinator's.
+#include <algorithm>
+
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+namespace {
+constexpr int kMaxDepth = 4096;
+}
+
+uint64_t FileSystem::StepOf(uint64_t ino) {
+  for (int depth = 0; ino != 0 && depth < kMaxDepth; ++depth) {
+    if (steps_.count(ino)) return ino;
+    if (ino == kRootIno) return 0;
+    Inode* inode = Find(ino);
+    if (!inode) return 0;
+    ino = inode->rec.parent;
+  }
+  return 0;
+}
+
+bool FileSystem::IsSealedStep(uint64_t step_ino) const {
+  auto it = steps_.find(step_ino);
+  return it != steps_.end() && it->second.state == StepState::kCommitted;
+}
+
+uint64_t FileSystem::LatestStepOf(uint64_t run_ino) {
+  Inode* run = Find(run_ino);
+  if (!run || !run->is_dir()) return 0;
+  uint64_t best = 0;
+  int64_t best_step = -1;
+  for (const auto& [name, dent] : run->children) {
+    auto it = steps_.find(dent.ino);
+    if (it == steps_.end() || it->second.state != StepState::kCommitted) continue;
+    if (it->second.step > best_step) {
+      best_step = it->second.step;
+      best = dent.ino;
+    }
+  }
+  return best;
+}
+
+void FileSystem::ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now) {
+  const uint64_t ino = dir->rec.ino;
+  std::optional<int64_t> number;
+  if (ino != kRootIno && StepOf(dir->rec.parent) == 0) number = pattern_.Match(dir->name);
+  auto it = steps_.find(ino);
+  if (number && it == steps_.end()) {
+    // Becoming a step by mkdir, or by rename into a step name (a commit).
+    StepRecord rec;
+    rec.state = StepState::kWriting;
+    rec.step = *number;
+    steps_[ino] = rec;
+    step_runtime_[ino].last_activity = clock_->MonotonicNanos();
+    batch->Put(KeySpace::kSteps, InoKey(ino), EncodeStep(rec));
+    *commit_now = true;
+  } else if (number && it != steps_.end()) {
+    if (it->second.step != *number) {
+      it->second.step = *number;
+      batch->Put(KeySpace::kSteps, InoKey(ino), EncodeStep(it->second));
+    }
+  } else if (!number && it != steps_.end()) {
+    // Renamed to a name that is no step: an ordinary directory from now on.
+    // Files it sealed stay read-only.
+    steps_.erase(it);
+    step_runtime_.erase(ino);
+    batch->Delete(KeySpace::kSteps, InoKey(ino));
+  }
+}
+
+void FileSystem::NoteActivity(uint64_t ino) {
+  const uint64_t step = StepOf(ino);
+  if (step != 0) step_runtime_[step].last_activity = clock_->MonotonicNanos();
+}
+
+bool FileSystem::IsMarkerName(const std::string& name) const {
+  return std::find(options_.commit_markers.begin(), options_.commit_markers.end(), name) !=
+         options_.commit_markers.end();
+}
+
+void FileSystem::RequestCommitLocked(uint64_t step_ino) {
+  auto it = steps_.find(step_ino);
+  if (it == steps_.end() || it->second.state == StepState::kCommitted) return;
+  StepRuntime& rt = step_runtime_[step_ino];
+  if (!rt.commit_wanted) {
+    rt.commit_wanted = true;
+    rt.wanted_since = clock_->MonotonicNanos();
+  }
+  if (request_commit_) request_commit_(step_ino);
+}
+
+uint32_t FileSystem::OpenWritersUnder(Inode* dir) {
+  uint32_t n = 0;
+  for (const auto& [name, dent] : dir->children) {
+    Inode* child = Find(dent.ino);
+    if (!child) continue;
+    n += child->open_writers;
+    if (child->is_dir()) n += OpenWritersUnder(child);
+  }
+  return n;
+}
+
+void FileSystem::CollectFiles(Inode* dir, const std::string& prefix,
+                              std::vector<std::pair<std::string, uint64_t>>* out) {
+  for (const auto& [name, dent] : dir->children) {
+    Inode* child = Find(dent.ino);
+    if (!child) continue;
+    const std::string rel = prefix.empty() ? name : prefix + "/" + name;
+    if (child->is_reg()) out->emplace_back(rel, dent.ino);
+    if (child->is_dir()) CollectFiles(child, rel, out);
+  }
+}
+
+void FileSystem::WaitUntilNotCommitting(std::unique_lock<std::mutex>& lock, uint64_t dir_ino) {
+  for (;;) {
+    const uint64_t step = StepOf(dir_ino);
+    if (step == 0) return;
+    auto rt = step_runtime_.find(step);
+    if (rt == step_runtime_.end() || !rt->second.committing) return;
+    step_cv_.wait(lock);
+  }
+}
+
+void FileSystem::EmitStepEvent(const char* event, uint64_t step_ino, const StepRecord& rec,
+                               const std::string& detail) {
+  nlohmann::json e = {{"event", event},
+                      {"path", PathOfLocked(step_ino)},
+                      {"step", rec.step},
+                      {"state", StepStateName(rec.state)}};
+  if (rec.state == StepState::kCommitted) {
+    e["bytes"] = rec.bytes;
+    e["files"] = rec.files;
+  }
+  if (!detail.empty()) e["error"] = detail;
+  events_->Append(std::move(e));
+}
+
+Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = steps_.find(step_ino);
+  if (it == steps_.end()) return Status::Error(EALREADY, "no longer a checkpoint step");
+  if (it->second.state == StepState::kCommitted) return Status::Error(EALREADY, "already committed");
+  StepRuntime& rt = step_runtime_[step_ino];
+  if (!rt.commit_wanted) return Status::Error(EALREADY, "no commit requested");
+  if (rt.committing) return Status::Error(EALREADY, "commit in progress");
+  Inode* dir = Find(step_ino);
+  if (!dir) return Status::Error(EALREADY, "step vanished");
+  const uint32_t writers = OpenWritersUnder(dir);
+  if (writers > 0) {
+    if (clock_->MonotonicNanos() - rt.wanted_since > options_.commit_wait_ns) {
+      rt.commit_wanted = false;
+      it->second.error = "commit timed out: " + std::to_string(writers) +
+                         " file(s) still open for writing";
+      rt.outcome_gen++;
+      step_cv_.notify_all();
+      EmitStepEvent("commit_failed", step_ino, it->second, it->second.error);
+      return Status::Error(ETIMEDOUT, it->second.error);
+    }
+    it->second.error = "waiting for " + std::to_string(writers) + " file(s) open for writing";
+    return Status::Error(EAGAIN, it->second.error);
+  }
+  rt.committing = true;
+  CommitPlan plan;
+  plan.step_ino = step_ino;
+  plan.step_path = PathOfLocked(step_ino);
+  std::vector<std::pair<std::string, uint64_t>> files;
+  CollectFiles(dir, "", &files);
+  for (auto& [path, ino] : files) plan.files.push_back({std::move(path), ino, Find(ino)->rec.size});
+  return plan;
+}
+
+void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StepRuntime& rt = step_runtime_[step_ino];
+  rt.committing = false;
+  rt.outcome_gen++;
+  step_cv_.notify_all();
+  auto it = steps_.find(step_ino);
+  if (it == steps_.end()) return;
+  StepRecord& rec = it->second;
+  const std::string old_error = rec.error;
+  rec.error = why.message();
+  if (broken) {
+    rec.state = StepState::kBroken;
+    rt.commit_wanted = false;
+  } else if (!waiting) {
+    rt.commit_wanted = false;
+  }
+  ManifestBatch batch;
+  batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(rec));
+  (void)Apply(batch, false);
+  if (broken) {
+    EmitStepEvent("broken", step_ino, rec, rec.error);
+  } else if (!waiting) {
+    EmitStepEvent("commit_failed", step_ino, rec, rec.error);
+  } else if (old_error != rec.error) {
+    EmitStepEvent("commit_waiting", step_ino, rec, rec.error);
+  }
+}
+
+Status FileSystem::FinishCommit(const CommitPlan& plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StepRuntime& rt = step_runtime_[plan.step_ino];
+  auto it = steps_.find(plan.step_ino);
+  if (it == steps_.end() || !rt.committing) {
+    rt.committing = false;
+    step_cv_.notify_all();
+    return Status::Error(EALREADY, "step changed during commit");
+  }
+  ManifestBatch batch;
+  StepRecord rec = it->second;
+  rec.state = StepState::kCommitted;
+  rec.committed_at = clock_->Now();
+  rec.bytes = 0;
+  rec.files = 0;
+  rec.error.clear();
+  std::vector<Inode*> sealed;
+  for (const auto& file : plan.files) {
+    Inode* inode = Find(file.ino);
+    if (!inode || inode->rec.nlink == 0) continue;
+    rec.bytes += inode->rec.size;
+    rec.files++;
+    if (!inode->rec.sealed) sealed.push_back(inode);
+  }
+  for (Inode* inode : sealed) {
+    inode->rec.sealed = true;
+    PutInode(*inode, &batch);
+  }
+  batch.Put(KeySpace::kSteps, InoKey(plan.step_ino), EncodeStep(rec));
+  // The one synced batch: before it the step is not committed, after it it is.
+  Status st = Apply(batch, /*sync=*/true);
+  rt.committing = false;
+  rt.outcome_gen++;
+  step_cv_.notify_all();
+  if (!st.ok()) {
+    for (Inode* inode : sealed) inode->rec.sealed = false;
+    return st;
+  }
+  for (Inode* inode : sealed) inode->dirty = false;
+  rt.commit_wanted = false;
+  it->second = rec;
+  EmitStepEvent("commit", plan.step_ino, rec);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<BackingFile>> FileSystem::OpenBacking(uint64_t ino) {
+  return data_->Open(ino, /*create=*/false);
+}
+
+void FileSystem::RequestIdleCommits() {
+  if (options_.commit_idle_ns <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = clock_->MonotonicNanos();
+  for (auto& [ino, rec] : steps_) {
+    if (rec.state != StepState::kWriting) continue;
+    StepRuntime& rt = step_runtime_[ino];
+    if (rt.commit_wanted || rt.committing) continue;
+    if (now - rt.last_activity < options_.commit_idle_ns) continue;
+    Inode* dir = Find(ino);
+    if (!dir || OpenWritersUnder(dir) > 0) continue;
+    RequestCommitLocked(ino);
+  }
+}
+
+Status FileSystem::CommitAndWait(uint64_t step_ino) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = steps_.find(step_ino);
+  if (it == steps_.end()) {
+    return Status::Error(EINVAL, "not a checkpoint step directory (name does not match the step pattern)");
+  }
+  if (it->second.state == StepState::kCommitted) return Status::Ok();
+  const uint64_t gen = step_runtime_[step_ino].outcome_gen;
+  RequestCommitLocked(step_ino);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::nanoseconds(options_.commit_wait_ns) + std::chrono::seconds(5);
+  step_cv_.wait_until(lock, deadline, [&] {
+    auto rt = step_runtime_.find(step_ino);
+    return rt == step_runtime_.end() || rt->second.outcome_gen != gen;
+  });
+  it = steps_.find(step_ino);
+  if (it == steps_.end()) return Status::Error(ENOENT, "step was removed");
+  switch (it->second.state) {
+    case StepState::kCommitted:
+      return Status::Ok();
+    case StepState::kBroken:
+      return Status::Error(EIO, "step is broken: " + it->second.error);
+    default:
+      if (step_runtime_[step_ino].outcome_gen == gen) {
+        return Status::Error(ETIMEDOUT, "commit timed out: " + it->second.error);
+      }
+      return Status::Error(EBUSY, "not committed: " + it->second.error);
+  }
+}
+
+std::vector<StepSummary> FileSystem::Steps() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StepSummary> out;
+  for (const auto& [ino, rec] : steps_) out.push_back(StepSummary{ino, PathOfLocked(ino), rec});
+  std::sort(out.begin(), out.end(), [](const StepSummary& a, const StepSummary& b) {
+    return a.path < b.path;
+  });
+  return out;
+}
+
+}  // namespace ckptfs

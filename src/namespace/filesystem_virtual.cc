@@ -1,0 +1,108 @@
+// Entries that are not in the manifest: the read-only control directory
+// /.ckptfs (status.json, events), each run directory's `latest` symlink, and
+// the read-only step xattrs. They have short (zero) cache timeouts because
+// they change without the kernel's involvement.
+#include <algorithm>
+
+#include "control/status_report.h"
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+Result<Entry> FileSystem::LookupVirtual(uint64_t parent, const std::string& name) {
+  uint64_t ino = 0;
+  if (parent == kRootIno && name == kControlDirName) {
+    ino = kControlDirIno;
+  } else if (parent == kControlDirIno && name == "status.json") {
+    ino = kStatusFileIno;
+  } else if (parent == kControlDirIno && name == "events") {
+    ino = kEventsFileIno;
+  } else if (!IsVirtual(parent) && name == kLatestName && LatestStepOf(parent) != 0) {
+    ino = kLatestBit | parent;
+  } else {
+    return Status::Error(ENOENT, name + " does not exist");
+  }
+  auto attr = GetAttrVirtual(ino);
+  if (!attr.ok()) return attr.status();
+  Entry e;
+  e.ino = ino;
+  e.attr = attr->attr;
+  e.entry_timeout = 0;
+  e.attr_timeout = 0;
+  return e;
+}
+
+Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
+  struct stat st {};
+  st.st_ino = ino;
+  st.st_nlink = 1;
+  st.st_atim = st.st_mtim = st.st_ctim = start_time_;
+  st.st_blksize = 4096;
+  if (ino == kControlDirIno) {
+    st.st_mode = S_IFDIR | 0555;
+    st.st_nlink = 2;
+  } else if (ino == kStatusFileIno || ino == kEventsFileIno) {
+    st.st_mode = S_IFREG | 0444;
+    st.st_size = static_cast<off_t>(RenderControlFile(ino).size());
+    st.st_mtim = st.st_ctim = clock_->Now();
+  } else if ((ino & kLatestBit) && !(ino & kVirtualBit)) {
+    const uint64_t step = LatestStepOf(ino & ~kLatestBit);
+    if (step == 0) return Status::Error(ENOENT, "no committed step");
+    Inode* target = Find(step);
+    st.st_mode = S_IFLNK | 0444;
+    st.st_size = static_cast<off_t>(target->name.size());
+    st.st_mtim = st.st_ctim = steps_.at(step).committed_at;
+  } else {
+    return Status::Error(ENOENT, "no such inode");
+  }
+  return Attr{st, 0};
+}
+
+std::string FileSystem::RenderControlFile(uint64_t ino) {
+  if (ino == kEventsFileIno) return events_->Render();
+  std::vector<StatusStep> steps;
+  for (const auto& [step_ino, rec] : steps_) steps.push_back(StatusStep{PathOfLocked(step_ino), rec});
+  std::sort(steps.begin(), steps.end(),
+            [](const StatusStep& a, const StatusStep& b) { return a.path < b.path; });
+  StatusInfo info;
+  info.mountpoint = options_.mountpoint;
+  info.cache_dir = options_.cache_dir;
+  if (auto space = data_->Capacity(); space.ok()) {
+    info.cache_bytes_total = space->blocks * space->block_size;
+    info.cache_bytes_free = space->blocks_avail * space->block_size;
+  }
+  return RenderStatusJson(info, steps);
+}
+
+std::optional<std::string> FileSystem::StepXattr(uint64_t ino, const std::string& name) {
+  auto it = steps_.find(ino);
+  if (it == steps_.end() || name.rfind("user.ckptfs.", 0) != 0) return std::nullopt;
+  const StepRecord& rec = it->second;
+  const std::string key = name.substr(12);
+  if (key == "state") {
+    auto rt = step_runtime_.find(ino);
+    if (rt != step_runtime_.end() && rt->second.committing) return std::string("writing");
+    return std::string(StepStateName(rec.state));
+  }
+  if (key == "step") return std::to_string(rec.step);
+  if (key == "bytes" || key == "files") {
+    if (rec.state == StepState::kCommitted) return std::to_string(key == "bytes" ? rec.bytes : rec.files);
+    // Before commit: what is there now.
+    std::vector<std::pair<std::string, uint64_t>> files;
+    CollectFiles(Find(ino), "", &files);
+    if (key == "files") return std::to_string(files.size());
+    uint64_t bytes = 0;
+    for (const auto& f : files) bytes += Find(f.second)->rec.size;
+    return std::to_string(bytes);
+  }
+  if (key == "committed_at") {
+    if (rec.state != StepState::kCommitted) return std::nullopt;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.6f", TimespecToSeconds(rec.committed_at));
+    return std::string(buf);
+  }
+  if (key == "error") return rec.error;
+  return std::nullopt;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,37 @@
+// In-memory state of one inode: its persisted record plus what only lives
+// while the daemon runs (kernel lookup count, open handles, the directory's
+// children). Owned by FileSystem and guarded by FileSystem::mu_.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "manifest/records.h"
+
+namespace ckptfs {
+
+struct Inode {
+  InodeRecord rec;
+  // The name under rec.parent this inode was last linked as (hard links keep
+  // the most recent one); used for commit markers and paths in events.
+  std::string name;
+
+  // Directories: name -> entry, and cookie -> name for readdir order.
+  std::map<std::string, DentryRecord> children;
+  std::map<uint64_t, std::string> by_cookie;
+
+  std::map<std::string, std::string> xattrs;  // user.* only
+
+  uint64_t lookups = 0;       // kernel references (lookup/create minus forget)
+  uint32_t open_handles = 0;  // every open FileHandle
+  uint32_t open_writers = 0;  // FileHandles opened for writing
+  bool dirty = false;         // size/mtime changed since the record was persisted
+  bool backing_unsynced = false;  // backing file created since the last SyncDir
+
+  bool is_dir() const { return S_ISDIR(rec.mode); }
+  bool is_reg() const { return S_ISREG(rec.mode); }
+  bool is_symlink() const { return S_ISLNK(rec.mode); }
+};
+
+}  // namespace ckptfs
