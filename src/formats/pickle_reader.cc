@@ -559,6 +559,10 @@ Status PickleMachine::Step(bool* stop) {
       std::string module, name;
       CKPTFS_RETURN_IF_ERROR(ReadLine(&module));
       CKPTFS_RETURN_IF_ERROR(ReadLine(&name));
+      // Python 2 module names that protocol-2 writers keep for compatibility
+      // (CPython maps these with fix_imports, _compat_pickle.IMPORT_MAPPING).
+      if (doc_.protocol_ < 3 && module == "__builtin__") module = "builtins";
+      if (doc_.protocol_ < 3 && module == "copy_reg") module = "copyreg";
       return PushGlobal(std::move(module), std::move(name));
     }
     case kStackGlobal:

@@ -12,7 +12,8 @@
 // naming the problem, the opcode and its byte offset. Integers are int64:
 // LONG1/LONG4 wider than 8 bytes are an error. Strings are kept as raw UTF-8
 // bytes (not validated). Protocol-0 text opcodes, EXT* and out-of-band buffers
-// are rejected as unsupported.
+// are rejected as unsupported. Below protocol 3, GLOBAL's Python 2 modules
+// `__builtin__` and `copy_reg` read as `builtins` and `copyreg`, as in CPython.
 //
 // Ownership: a PickleDocument owns every node; values point at each other with
 // raw const pointers that live as long as the document. The memo shares nodes

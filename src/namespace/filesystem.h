@@ -179,6 +179,8 @@ class FileSystem {
   // Asks for the step to be committed and waits for the outcome (ckptfs
   // commit, setfattr user.ckptfs.commit).
   Status CommitAndWait(uint64_t step_ino);
+  // Asks for a commit without waiting (the outcome shows in the step's state).
+  void RequestCommit(uint64_t step_ino);
   std::vector<StepSummary> Steps();
   // Path of an inode relative to the root ("" for the root).
   std::string PathOf(uint64_t ino);

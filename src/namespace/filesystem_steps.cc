@@ -266,6 +266,11 @@ void FileSystem::RequestIdleCommits() {
   }
 }
 
+void FileSystem::RequestCommit(uint64_t step_ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RequestCommitLocked(step_ino);
+}
+
 Status FileSystem::CommitAndWait(uint64_t step_ino) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = steps_.find(step_ino);

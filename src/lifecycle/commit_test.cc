@@ -1,0 +1,351 @@
+// The checkpoint lifecycle without a mount: step recognition, every commit
+// trigger, sealing, latest, waiting for writers and for missing files, and
+// crash safety with a fault-injecting manifest and data store.
+#include <fcntl.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "namespace/fs_test_env.h"
+
+namespace ckptfs::testing {
+namespace {
+
+const Caller kRoot{0, 0};
+
+std::string StateOf(FileSystem& fs, uint64_t step) {
+  auto v = fs.GetXattr(step, "user.ckptfs.state");
+  return v.ok() ? *v : "<" + v.status().ToString() + ">";
+}
+
+uint64_t Mkdir(FileSystem& fs, uint64_t parent, const std::string& name) {
+  auto e = fs.Mkdir(kRoot, parent, name, 0755);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? e->ino : 0;
+}
+
+FileHandle* CreateOpen(FileSystem& fs, uint64_t parent, const std::string& name, uint64_t* ino = nullptr) {
+  auto c = fs.Create(kRoot, parent, name, 0644, O_WRONLY);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return nullptr;
+  if (ino) *ino = c->first.ino;
+  return c->second.fh;
+}
+
+uint64_t WriteFile(FileSystem& fs, uint64_t parent, const std::string& name, const std::string& data) {
+  uint64_t ino = 0;
+  FileHandle* fh = CreateOpen(fs, parent, name, &ino);
+  if (!fh) return 0;
+  if (!data.empty()) EXPECT_TRUE(fs.Write(fh, data.data(), data.size(), 0).ok());
+  EXPECT_TRUE(fs.Release(fh).ok());
+  return ino;
+}
+
+std::string ReadFile(FileSystem& fs, uint64_t ino) {
+  auto o = fs.OpenFile(ino, O_RDONLY);
+  if (!o.ok()) return "<" + o.status().ToString() + ">";
+  std::string out(1 << 20, '\0');
+  auto n = fs.Read(o->fh, out.data(), out.size(), 0);
+  out.resize(n.ok() ? *n : 0);
+  (void)fs.Release(o->fh);
+  return out;
+}
+
+TEST(StepPatternTest, DefaultNames) {
+  auto p = StepPattern::Compile(kDefaultStepPattern);
+  ASSERT_TRUE(p.ok());
+  for (auto [name, n] : std::vector<std::pair<std::string, int64_t>>{
+           {"step100", 100}, {"step-100", 100}, {"step_100", 100}, {"ckpt_100", 100},
+           {"checkpoint-100", 100}, {"global_step100", 100}, {"iter_0000100", 100}}) {
+    ASSERT_TRUE(p->Match(name).has_value()) << name;
+    EXPECT_EQ(*p->Match(name), n) << name;
+  }
+  for (const char* name : {"step100-tmp", "tmp-checkpoint-100", "step", "latest", "step1x", "Step100"}) {
+    EXPECT_FALSE(p->Match(name).has_value()) << name;
+  }
+  EXPECT_EQ(StepPattern::Compile("(").err(), EINVAL);
+  EXPECT_EQ(StepPattern::Compile("step[0-9]+").err(), EINVAL);  // no capture group
+}
+
+TEST(CommitTest, MarkerCloseCommitsAndSealsAndMovesLatest) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t run = Mkdir(fs, kRootIno, "run");
+  const uint64_t step = Mkdir(fs, run, "step100");
+  EXPECT_EQ(StateOf(fs, step), "writing");
+  const uint64_t shard = WriteFile(fs, step, "shard0", "tensor bytes");
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "writing");  // no marker yet
+  EXPECT_EQ(fs.Lookup(run, "latest").err(), ENOENT);
+  WriteFile(fs, step, ".metadata", "meta");  // unknown format: committed without a check
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "committed");
+  EXPECT_EQ(*fs.GetXattr(step, "user.ckptfs.files"), "2");
+  EXPECT_EQ(*fs.GetXattr(step, "user.ckptfs.bytes"), "16");
+  auto latest = fs.Lookup(run, "latest");
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*fs.Readlink(latest->ino), "step100");
+  // Sealed: no writing, no truncating, no new files; reading and deleting work.
+  EXPECT_EQ(fs.OpenFile(shard, O_WRONLY).err(), EROFS);
+  EXPECT_EQ(fs.OpenFile(shard, O_RDWR).err(), EROFS);
+  SetAttrRequest trunc;
+  trunc.size = 0;
+  EXPECT_EQ(fs.SetAttr(shard, trunc, nullptr).err(), EROFS);
+  EXPECT_EQ(fs.Create(kRoot, step, "new", 0644, O_WRONLY).err(), EROFS);
+  EXPECT_EQ(fs.Rename(step, "shard0", run, "stolen", 0).err(), EROFS);
+  EXPECT_EQ(ReadFile(fs, shard), "tensor bytes");
+  auto opened = fs.OpenFile(shard, O_RDONLY);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_TRUE(opened->keep_cache);
+  ASSERT_TRUE(fs.Release(opened->fh).ok());
+
+  // The newest committed step wins; an older commit does not move latest back.
+  const uint64_t s200 = Mkdir(fs, run, "step200");
+  const uint64_t s150 = Mkdir(fs, run, "step150");
+  WriteFile(fs, s200, ".metadata", "m");
+  env.DrainCommits();
+  WriteFile(fs, s150, ".metadata", "m");
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, s150), "committed");
+  EXPECT_EQ(*fs.Readlink(fs.Lookup(run, "latest")->ino), "step200");
+  bool seen = false;
+  for (const auto& e : *fs.Readdir(run, 0, 100)) seen |= e.name == "latest";
+  EXPECT_TRUE(seen);
+  EXPECT_NE(env.events.Render().find("\"event\":\"commit\""), std::string::npos);
+}
+
+TEST(CommitTest, RealLatestFileWins) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "global_step5");
+  WriteFile(fs, step, ".metadata", "m");
+  env.DrainCommits();
+  ASSERT_TRUE(fs.Lookup(kRootIno, "latest").ok());
+  EXPECT_EQ(fs.Unlink(kRootIno, "latest").err(), EPERM);
+  const uint64_t real = WriteFile(fs, kRootIno, "latest", "global_step5");  // DeepSpeed's file
+  auto e = fs.Lookup(kRootIno, "latest");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->ino, real);
+  EXPECT_TRUE(S_ISREG(e->attr.st_mode));
+}
+
+TEST(CommitTest, RenameIntoStepNameCommits) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t run = Mkdir(fs, kRootIno, "run");
+  const uint64_t tmp = Mkdir(fs, run, "step100-tmp");
+  WriteFile(fs, tmp, "model.pt", "weights");
+  EXPECT_EQ(fs.GetXattr(tmp, "user.ckptfs.state").err(), ENODATA);  // not a step
+  ASSERT_TRUE(fs.Rename(run, "step100-tmp", run, "step100", 0).ok());
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, tmp), "committed");
+  EXPECT_EQ(*fs.GetXattr(tmp, "user.ckptfs.step"), "100");
+  EXPECT_EQ(*fs.Readlink(fs.Lookup(run, "latest")->ino), "step100");
+}
+
+TEST(CommitTest, CommitWaitsForWritersThenTheLastCloseCommits) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step1");
+  FileHandle* straggler = CreateOpen(fs, step, "rank3");
+  WriteFile(fs, step, ".metadata", "m");
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "writing");
+  EXPECT_NE(fs.GetXattr(step, "user.ckptfs.error")->find("open for writing"), std::string::npos);
+  ASSERT_TRUE(fs.Write(straggler, "x", 1, 0).ok());
+  ASSERT_TRUE(fs.Release(straggler).ok());
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "committed");
+}
+
+TEST(CommitTest, ExplicitCommitWaitsForTheOutcome) {
+  FileSystemOptions options;
+  options.commit_wait_ns = 200'000'000;
+  FsEnv env(options);
+  // A real coordinator thread, as in the daemon.
+  CommitCoordinator coordinator(&env.fs());
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step7");
+  WriteFile(fs, step, "a", "1");
+  ASSERT_TRUE(fs.SetXattr(step, "user.ckptfs.commit", "1", 0).ok());
+  EXPECT_EQ(StateOf(fs, step), "committed");
+  const uint64_t plain = Mkdir(fs, kRootIno, "notastep");
+  EXPECT_EQ(fs.SetXattr(plain, "user.ckptfs.commit", "1", 0).err(), EINVAL);
+  EXPECT_EQ(fs.SetXattr(step, "user.ckptfs.state", "writing", 0).err(), EPERM);
+  // A writer that never closes: the explicit commit gives up after the bound.
+  const uint64_t s8 = Mkdir(fs, kRootIno, "step8");
+  FileHandle* open_writer = CreateOpen(fs, s8, "x");
+  auto st = fs.CommitAndWait(s8);
+  EXPECT_EQ(st.err(), ETIMEDOUT) << st.ToString();
+  EXPECT_EQ(StateOf(fs, s8), "writing");
+  ASSERT_TRUE(fs.Release(open_writer).ok());
+}
+
+TEST(CommitTest, IdleCommit) {
+  FileSystemOptions options;
+  options.commit_idle_ns = 30'000'000'000;
+  FsEnv env(options);
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step3");
+  WriteFile(fs, step, "a", "1");
+  fs.RequestIdleCommits();
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "writing");
+  env.clock.Advance(31'000'000'000);
+  fs.RequestIdleCommits();
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "committed");
+}
+
+TEST(CommitTest, CustomPatternAndMarkers) {
+  FileSystemOptions options;
+  options.step_pattern = "epoch=([0-9]+)";
+  options.commit_markers = {"DONE"};
+  FsEnv env(options);
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "epoch=4");
+  WriteFile(fs, step, ".metadata", "m");
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "writing");
+  WriteFile(fs, step, "DONE", "");
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "committed");
+  EXPECT_EQ(fs.GetXattr(Mkdir(fs, kRootIno, "step4"), "user.ckptfs.state").err(), ENODATA);
+}
+
+std::string SlurpShared(const std::string& rel) {
+  std::ifstream in(std::string(CKPTFS_SOURCE_DIR) + "/../shared/" + rel, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(CommitTest, DcpStepWaitsForMissingShardsInAnyFileOrder) {
+  const std::string dir = "testdata/dcp/torch-1.13/ckpt113/";
+  const std::string meta = SlurpShared(dir + ".metadata");
+  ASSERT_FALSE(meta.empty()) << "shared testdata missing";
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step10");
+  // cp -r order: the marker first.
+  WriteFile(fs, step, ".metadata", meta);
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "writing");
+  EXPECT_NE(fs.GetXattr(step, "user.ckptfs.error")->find("waiting for __0_"), std::string::npos)
+      << *fs.GetXattr(step, "user.ckptfs.error");
+  for (const char* shard : {"__0_0.distcp", "__0_1.distcp", "__0_2.distcp"}) {
+    WriteFile(fs, step, shard, SlurpShared(dir + shard));
+    env.DrainCommits();
+    EXPECT_EQ(StateOf(fs, step), "writing");
+  }
+  WriteFile(fs, step, "__0_3.distcp", SlurpShared(dir + "__0_3.distcp"));
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "committed");
+}
+
+TEST(CommitTest, MalformedMetadataMakesTheStepBroken) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t run = Mkdir(fs, kRootIno, "run");
+  const uint64_t step = Mkdir(fs, run, "step10");
+  WriteFile(fs, step, ".metadata", std::string("\x80\x04\x95garbage", 11));
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "broken");
+  EXPECT_FALSE(fs.GetXattr(step, "user.ckptfs.error")->empty());
+  EXPECT_EQ(fs.Lookup(run, "latest").err(), ENOENT);
+  EXPECT_NE(env.events.Render().find("\"event\":\"broken\""), std::string::npos);
+}
+
+TEST(CrashTest, WritingStepsBecomeIncompleteAndCommittedOnesSurvive) {
+  FsEnv env;
+  const uint64_t run = Mkdir(env.fs(), kRootIno, "run");
+  const uint64_t done = Mkdir(env.fs(), run, "step1");
+  const uint64_t f = WriteFile(env.fs(), done, "w", "committed bytes");
+  WriteFile(env.fs(), done, ".metadata", "m");
+  env.DrainCommits();
+  ASSERT_EQ(StateOf(env.fs(), done), "committed");
+  const uint64_t busy = Mkdir(env.fs(), run, "step2");
+  FileHandle* fh = CreateOpen(env.fs(), busy, "partial");
+  ASSERT_TRUE(env.fs().Write(fh, "abc", 3, 0).ok());
+  ASSERT_TRUE(env.fs().FsyncDir().ok());  // step2 exists durably, its data not
+  env.CrashAndRestart();
+  auto& fs = env.fs();
+  EXPECT_EQ(StateOf(fs, done), "committed");
+  EXPECT_EQ(ReadFile(fs, f), "committed bytes");
+  EXPECT_EQ(StateOf(fs, busy), "incomplete");
+  EXPECT_TRUE(fs.Lookup(busy, "partial").ok());  // nothing deleted by the restart
+  EXPECT_EQ(*fs.Readlink(fs.Lookup(run, "latest")->ino), "step1");
+  EXPECT_NE(env.events.Render().find("\"event\":\"recovered\""), std::string::npos);
+}
+
+// Random histories of writes, commits and crashes that drop a random part of
+// what was not synced. After every crash: every step that was committed is
+// still committed with byte-identical files, and no step that was never
+// committed looks committed.
+TEST(CrashTest, RandomHistoriesNeverLoseCommittedSteps) {
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    FsEnv env;
+    const uint64_t run = Mkdir(env.fs(), kRootIno, "run");
+    std::map<uint64_t, std::map<std::string, std::string>> committed;  // step -> files
+    std::map<uint64_t, std::map<std::string, std::string>> pending;
+    int next_step = 1;
+    for (int op = 0; op < 60; ++op) {
+      auto& fs = env.fs();
+      const int choice = static_cast<int>(rng() % 10);
+      if (choice < 3 || pending.empty()) {
+        const uint64_t s = Mkdir(fs, run, "step" + std::to_string(next_step++));
+        pending[s];
+      } else if (choice < 7) {
+        auto it = std::next(pending.begin(), static_cast<long>(rng() % pending.size()));
+        const std::string name = "f" + std::to_string(it->second.size());
+        const std::string data(1 + rng() % 5000, static_cast<char>('a' + rng() % 26));
+        if (WriteFile(fs, it->first, name, data)) it->second[name] = data;
+      } else if (choice < 9) {
+        auto it = std::next(pending.begin(), static_cast<long>(rng() % pending.size()));
+        fs.RequestCommit(it->first);
+        env.DrainCommits();
+        if (StateOf(fs, it->first) == "committed") {
+          committed[it->first] = it->second;
+          pending.erase(it);
+        }
+      } else {
+        if (rng() % 2 && !pending.empty()) {
+          // Crash inside a commit: files fsynced, the commit batch never written.
+          auto it = std::next(pending.begin(), static_cast<long>(rng() % pending.size()));
+          env.manifest.FailWritesAfter(0, EIO);
+          fs.RequestCommit(it->first);
+          env.DrainCommits();
+          env.manifest.ClearFailure();
+        }
+        env.CrashAndRestart(rng() % 4);
+        // Steps that were pending are incomplete or gone; committed ones intact.
+        auto& fs2 = env.fs();
+        for (const auto& [step, files] : committed) {
+          ASSERT_EQ(StateOf(fs2, step), "committed");
+          for (const auto& [name, data] : files) {
+            auto e = fs2.Lookup(step, name);
+            ASSERT_TRUE(e.ok()) << name;
+            ASSERT_EQ(ReadFile(fs2, e->ino), data) << name;
+          }
+        }
+        for (const auto& [step, files] : pending) {
+          const std::string st = StateOf(fs2, step);
+          ASSERT_NE(st, "committed");
+          // Present as incomplete, or gone when its creation was never synced.
+          if (fs2.GetAttr(step).ok()) ASSERT_EQ(st, "incomplete");
+        }
+        // Unsynced data of incomplete steps may be gone: leave them alone.
+        pending.clear();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs::testing

@@ -1,0 +1,290 @@
+// POSIX behaviour of the namespace without a mount.
+#include "namespace/filesystem.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/xattr.h>
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "namespace/fs_test_env.h"
+
+namespace ckptfs::testing {
+namespace {
+
+const Caller kRoot{0, 0};
+
+uint64_t Mkdir(FileSystem& fs, uint64_t parent, const std::string& name) {
+  auto e = fs.Mkdir(kRoot, parent, name, 0755);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? e->ino : 0;
+}
+
+// Creates (or truncates nothing: name must be new) and writes a file, closes it.
+uint64_t WriteFile(FileSystem& fs, uint64_t parent, const std::string& name, const std::string& data) {
+  auto c = fs.Create(kRoot, parent, name, 0644, O_WRONLY);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return 0;
+  FileHandle* fh = c->second.fh;
+  if (!data.empty()) {
+    auto n = fs.Write(fh, data.data(), data.size(), 0);
+    EXPECT_TRUE(n.ok());
+  }
+  EXPECT_TRUE(fs.Flush(fh).ok());
+  EXPECT_TRUE(fs.Release(fh).ok());
+  return c->first.ino;
+}
+
+void SyncFile(FileSystem& fs, uint64_t ino) {
+  auto o = fs.OpenFile(ino, O_WRONLY);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_TRUE(fs.Fsync(o->fh, false).ok());
+  ASSERT_TRUE(fs.Release(o->fh).ok());
+}
+
+std::string ReadFile(FileSystem& fs, uint64_t ino) {
+  auto o = fs.OpenFile(ino, O_RDONLY);
+  EXPECT_TRUE(o.ok()) << o.status().ToString();
+  if (!o.ok()) return "<error>";
+  std::string out(1 << 16, '\0');
+  auto n = fs.Read(o->fh, out.data(), out.size(), 0);
+  EXPECT_TRUE(n.ok());
+  out.resize(n.ok() ? *n : 0);
+  EXPECT_TRUE(fs.Release(o->fh).ok());
+  return out;
+}
+
+std::set<std::string> List(FileSystem& fs, uint64_t dir) {
+  std::set<std::string> names;
+  auto r = fs.Readdir(dir, 0, 100000);
+  EXPECT_TRUE(r.ok());
+  if (r.ok()) {
+    for (const auto& d : *r) names.insert(d.name);
+  }
+  return names;
+}
+
+TEST(FileSystemTest, MkdirLookupAndErrors) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t a = Mkdir(fs, kRootIno, "a");
+  auto e = fs.Lookup(kRootIno, "a");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->ino, a);
+  EXPECT_TRUE(S_ISDIR(e->attr.st_mode));
+  EXPECT_EQ(fs.Mkdir(kRoot, kRootIno, "a", 0755).err(), EEXIST);
+  EXPECT_EQ(fs.Lookup(kRootIno, "missing").err(), ENOENT);
+  EXPECT_EQ(fs.Mkdir(kRoot, kRootIno, std::string(256, 'x'), 0755).err(), ENAMETOOLONG);
+  EXPECT_TRUE(fs.Mkdir(kRoot, kRootIno, std::string(255, 'x'), 0755).ok());
+  EXPECT_EQ(fs.Mkdir(kRoot, 999999, "x", 0755).err(), ENOENT);
+  const uint64_t f = WriteFile(fs, a, "f", "hi");
+  EXPECT_EQ(fs.Mkdir(kRoot, f, "x", 0755).err(), ENOTDIR);
+  EXPECT_EQ(fs.Rmdir(kRootIno, "a").err(), ENOTEMPTY);
+  EXPECT_EQ(fs.Unlink(kRootIno, "a").err(), EISDIR);
+  EXPECT_EQ(fs.Rmdir(a, "f").err(), ENOTDIR);
+  // Parent link counts follow subdirectories.
+  EXPECT_EQ(fs.GetAttr(kRootIno)->attr.st_nlink, 4u);  // ".", "..", a, xxx...
+}
+
+TEST(FileSystemTest, WriteReadTruncateAndSizePersistence) {
+  FsEnv env;
+  auto& fs = env.fs();
+  auto c = fs.Create(kRoot, kRootIno, "f", 0644, O_RDWR);
+  ASSERT_TRUE(c.ok());
+  FileHandle* fh = c->second.fh;
+  const int writes_before = env.manifest_writes;
+  std::string block(4096, 'a');
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(fs.Write(fh, block.data(), block.size(), i * 4096ull).ok());
+  // No manifest write per write() call.
+  EXPECT_EQ(env.manifest_writes, writes_before);
+  EXPECT_EQ(fs.GetAttr(c->first.ino)->attr.st_size, 409600);
+  ASSERT_TRUE(fs.Release(fh).ok());
+  EXPECT_EQ(env.manifest_writes, writes_before + 1);
+  SetAttrRequest trunc;
+  trunc.size = 10;
+  ASSERT_TRUE(fs.SetAttr(c->first.ino, trunc, nullptr).ok());
+  EXPECT_EQ(ReadFile(fs, c->first.ino), std::string(10, 'a'));
+  env.CleanRestart();
+  EXPECT_EQ(env.fs().GetAttr(c->first.ino)->attr.st_size, 10);
+  EXPECT_EQ(ReadFile(env.fs(), c->first.ino), std::string(10, 'a'));
+}
+
+TEST(FileSystemTest, HardLinksCountAndSurviveUnlink) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t f = WriteFile(fs, kRootIno, "f", "data");
+  ASSERT_TRUE(fs.Link(f, kRootIno, "g").ok());
+  EXPECT_EQ(fs.GetAttr(f)->attr.st_nlink, 2u);
+  EXPECT_EQ(fs.Link(f, kRootIno, "g").err(), EEXIST);
+  ASSERT_TRUE(fs.Unlink(kRootIno, "f").ok());
+  EXPECT_EQ(fs.GetAttr(f)->attr.st_nlink, 1u);
+  EXPECT_EQ(ReadFile(fs, f), "data");
+  const uint64_t d = Mkdir(fs, kRootIno, "d");
+  EXPECT_EQ(fs.Link(d, kRootIno, "d2").err(), EPERM);
+  env.CleanRestart();
+  EXPECT_EQ(env.fs().GetAttr(f)->attr.st_nlink, 1u);
+  EXPECT_EQ(ReadFile(env.fs(), f), "data");
+}
+
+TEST(FileSystemTest, RenameRules) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t a = Mkdir(fs, kRootIno, "a");
+  const uint64_t b = Mkdir(fs, a, "b");
+  WriteFile(fs, kRootIno, "x", "X");
+  WriteFile(fs, kRootIno, "y", "Y");
+  EXPECT_EQ(fs.Rename(kRootIno, "x", kRootIno, "y", RENAME_NOREPLACE).err(), EEXIST);
+  ASSERT_TRUE(fs.Rename(kRootIno, "x", kRootIno, "y", 0).ok());  // replaces y
+  EXPECT_EQ(ReadFile(fs, fs.Lookup(kRootIno, "y")->ino), "X");
+  EXPECT_EQ(fs.Lookup(kRootIno, "x").err(), ENOENT);
+  EXPECT_EQ(fs.Rename(kRootIno, "a", b, "a", 0).err(), EINVAL);  // below itself
+  EXPECT_EQ(fs.Rename(kRootIno, "y", kRootIno, "a", 0).err(), EISDIR);
+  EXPECT_EQ(fs.Rename(kRootIno, "a", kRootIno, "y", 0).err(), ENOTDIR);
+  Mkdir(fs, kRootIno, "c");
+  WriteFile(fs, b, "inner", "");
+  EXPECT_EQ(fs.Rename(kRootIno, "c", a, "b", 0).err(), ENOTEMPTY);
+  ASSERT_TRUE(fs.Rename(a, "b", kRootIno, "b2", 0).ok());  // moving a directory
+  EXPECT_EQ(fs.Lookup(kRootIno, "b2")->ino, b);
+  EXPECT_EQ(fs.GetAttr(a)->attr.st_nlink, 2u);
+  ASSERT_TRUE(fs.Rename(kRootIno, "b2", kRootIno, "y", RENAME_EXCHANGE).ok());
+  EXPECT_EQ(fs.Lookup(kRootIno, "y")->ino, b);
+  EXPECT_TRUE(S_ISREG(fs.Lookup(kRootIno, "b2")->attr.st_mode));
+  env.CleanRestart();
+  EXPECT_EQ(env.fs().Lookup(kRootIno, "y")->ino, b);
+  EXPECT_EQ(ReadFile(env.fs(), env.fs().Lookup(kRootIno, "b2")->ino), "X");
+}
+
+TEST(FileSystemTest, ReaddirOffsetsStayStableWhileEntriesChange) {
+  FsEnv env;
+  auto& fs = env.fs();
+  for (int i = 0; i < 300; ++i) WriteFile(fs, kRootIno, "f" + std::to_string(i), "");
+  auto first = fs.Readdir(kRootIno, 0, 100);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->size(), 100u);
+  std::set<std::string> seen;
+  for (const auto& d : *first) seen.insert(d.name);
+  // Delete entries both already returned and not yet returned, add new ones.
+  for (int i = 0; i < 300; i += 3) {
+    const std::string name = "f" + std::to_string(i);
+    ASSERT_TRUE(fs.Unlink(kRootIno, name).ok());
+  }
+  uint64_t off = first->back().next_offset;
+  for (;;) {
+    auto more = fs.Readdir(kRootIno, off, 37);
+    ASSERT_TRUE(more.ok());
+    if (more->empty()) break;
+    for (const auto& d : *more) {
+      EXPECT_TRUE(seen.insert(d.name).second) << "returned twice: " << d.name;
+    }
+    off = more->back().next_offset;
+  }
+  for (int i = 0; i < 300; ++i) {
+    if (i % 3 != 0) EXPECT_TRUE(seen.count("f" + std::to_string(i))) << i;
+  }
+}
+
+TEST(FileSystemTest, UnlinkedOpenFileStaysReadableUntilRelease) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t f = WriteFile(fs, kRootIno, "f", "keep");
+  auto o = fs.OpenFile(f, O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE(fs.Unlink(kRootIno, "f").ok());
+  char buf[8] = {};
+  auto n = fs.Read(o->fh, buf, sizeof buf, 0);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(std::string(buf, *n), "keep");
+  ASSERT_TRUE(fs.Release(o->fh).ok());
+  EXPECT_EQ(env.data.Open(f, false).err(), ENOENT);
+}
+
+TEST(FileSystemTest, OrphanIsRemovedByRecovery) {
+  FsEnv env;
+  const uint64_t f = WriteFile(env.fs(), kRootIno, "f", "orphan");
+  auto o = env.fs().OpenFile(f, O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE(env.fs().Unlink(kRootIno, "f").ok());
+  ASSERT_TRUE(env.fs().FsyncDir().ok());
+  ASSERT_TRUE(env.data.SyncDir().ok());
+  env.CrashAndRestart();
+  EXPECT_EQ(env.fs().GetAttr(f).err(), ENOENT);
+  EXPECT_EQ(env.data.Open(f, false).err(), ENOENT);
+}
+
+TEST(FileSystemTest, XattrsAndSymlinks) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t f = WriteFile(fs, kRootIno, "f", "");
+  ASSERT_TRUE(fs.SetXattr(f, "user.k", "v", 0).ok());
+  EXPECT_EQ(fs.SetXattr(f, "user.k", "w", XATTR_CREATE).err(), EEXIST);
+  EXPECT_EQ(fs.SetXattr(f, "user.z", "w", XATTR_REPLACE).err(), ENODATA);
+  EXPECT_EQ(fs.SetXattr(f, "trusted.k", "w", 0).err(), ENOTSUP);
+  EXPECT_EQ(fs.GetXattr(f, "security.capability").err(), ENODATA);
+  EXPECT_EQ(*fs.GetXattr(f, "user.k"), "v");
+  auto s = fs.Symlink(kRoot, kRootIno, "l", "f");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*fs.Readlink(s->ino), "f");
+  EXPECT_EQ(s->attr.st_size, 1);
+  env.CleanRestart();
+  EXPECT_EQ(*env.fs().GetXattr(f, "user.k"), "v");
+  EXPECT_EQ(*env.fs().Readlink(s->ino), "f");
+  ASSERT_TRUE(env.fs().RemoveXattr(f, "user.k").ok());
+  EXPECT_EQ(env.fs().GetXattr(f, "user.k").err(), ENODATA);
+}
+
+TEST(FileSystemTest, SetAttrTimesAndCtime) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t f = WriteFile(fs, kRootIno, "f", "");
+  const auto before = fs.GetAttr(f)->attr;
+  env.clock.Advance(5'000'000'000);
+  SetAttrRequest r;
+  r.mtime = timespec{1000, 5};
+  auto after = fs.SetAttr(f, r, nullptr);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->attr.st_mtim.tv_sec, 1000);
+  EXPECT_EQ(after->attr.st_atim.tv_sec, before.st_atim.tv_sec);  // UTIME_OMIT
+  EXPECT_EQ(after->attr.st_ctim.tv_sec, before.st_ctim.tv_sec + 5);
+  SetAttrRequest now;
+  now.atime_now = true;
+  env.clock.Advance(1'000'000'000);
+  auto a2 = fs.SetAttr(f, now, nullptr);
+  EXPECT_EQ(a2->attr.st_atim.tv_sec, before.st_atim.tv_sec + 6);
+  SetAttrRequest chmod;
+  chmod.mode = 0600;
+  EXPECT_EQ(fs.SetAttr(f, chmod, nullptr)->attr.st_mode, S_IFREG | 0600u);
+}
+
+TEST(FileSystemTest, ControlDirectoryIsReadOnly) {
+  FsEnv env;
+  auto& fs = env.fs();
+  auto ctl = fs.Lookup(kRootIno, ".ckptfs");
+  ASSERT_TRUE(ctl.ok());
+  EXPECT_EQ(fs.Mkdir(kRoot, kRootIno, ".ckptfs", 0755).err(), EEXIST);
+  EXPECT_EQ(fs.Create(kRoot, ctl->ino, "x", 0644, O_WRONLY).err(), EROFS);
+  auto status = fs.Lookup(ctl->ino, "status.json");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(fs.OpenFile(status->ino, O_WRONLY).err(), EROFS);
+  EXPECT_EQ(fs.Rmdir(kRootIno, ".ckptfs").err(), EPERM);
+  EXPECT_TRUE(List(fs, kRootIno).count(".ckptfs"));
+}
+
+TEST(FileSystemTest, ManifestFailureStopsMutationsAndLosesNothingCommitted) {
+  FsEnv env;
+  const uint64_t f = WriteFile(env.fs(), kRootIno, "f", "old");
+  SyncFile(env.fs(), f);
+  env.manifest.FailWritesAfter(0, ENOSPC);
+  EXPECT_EQ(env.fs().Mkdir(kRoot, kRootIno, "d", 0755).err(), EIO);
+  env.manifest.ClearFailure();
+  // The first error sticks: the image may be ahead of the manifest.
+  EXPECT_EQ(env.fs().Mkdir(kRoot, kRootIno, "e", 0755).err(), EIO);
+  env.CrashAndRestart();
+  EXPECT_EQ(env.fs().Lookup(kRootIno, "d").err(), ENOENT);
+  EXPECT_EQ(ReadFile(env.fs(), f), "old");
+  EXPECT_TRUE(env.fs().Mkdir(kRoot, kRootIno, "e", 0755).ok());
+}
+
+}  // namespace
+}  // namespace ckptfs::testing
