@@ -12,6 +12,34 @@ using Kind = PickleValue::Kind;
 
 Status Bad(const std::string& what) { return Status::Error(EIO, "DCP .metadata: " + what); }
 
+// The memo lets a hostile pickle reference one long string from many entries
+// for a few bytes each; the parsed output is capped at a multiple of the input
+// size (real files expand about 2x).
+class OutputBudget {
+ public:
+  explicit OutputBudget(size_t input_size)
+      : left_(32 * uint64_t{input_size} + (uint64_t{1} << 20)) {}
+  Status Charge(uint64_t n) {
+    if (n > left_) return Bad("parsed metadata would be far larger than the file");
+    left_ -= n;
+    return Status::Ok();
+  }
+  Status Charge(const DcpStorageEntry& e) {
+    uint64_t n = sizeof e + e.fqn.size() + e.relative_path.size();
+    if (e.chunk_offsets) n += 8 * e.chunk_offsets->size();
+    for (const std::string& d : e.transform_descriptors) n += sizeof d + d.size();
+    return Charge(n);
+  }
+  Status Charge(const DcpTensor& t) {
+    uint64_t n = sizeof t + t.fqn.size() + t.dtype.size() + 8 * t.size.size();
+    for (const DcpChunk& c : t.chunks) n += sizeof c + 8 * (c.offsets.size() + c.sizes.size());
+    return Charge(n);
+  }
+
+ private:
+  uint64_t left_;
+};
+
 std::string Quote(std::string_view s) {
   constexpr size_t kMax = 80;
   std::string out = "'";
@@ -51,11 +79,13 @@ Result<std::string> RequireString(const PickleValue& obj, std::string_view attr,
   return v->text;
 }
 
-Result<uint64_t> RequireSize(const PickleValue& obj, std::string_view attr, const std::string& what) {
+Result<uint64_t> RequireSize(const PickleValue& obj, std::string_view attr,
+                             const std::string& what) {
   const PickleValue* v = obj.Attr(attr);
   if (v == nullptr) return Bad(what + " has no " + std::string(attr));
   if (v->kind != Kind::kInt) {
-    return Bad(what + "." + std::string(attr) + " is a " + PickleKindName(v->kind) + ", not an int");
+    return Bad(what + "." + std::string(attr) + " is a " + PickleKindName(v->kind) +
+               ", not an int");
   }
   if (v->int_value < 0) return Bad(what + "." + std::string(attr) + " is negative");
   return static_cast<uint64_t>(v->int_value);
@@ -148,7 +178,8 @@ Result<DcpTensor> ParseTensor(std::string fqn, const PickleValue& meta) {
     if (c->kind != Kind::kObject) return Bad(where + " has a chunk that is not an object");
     const PickleValue* offsets = c->Attr("offsets");
     const PickleValue* sizes = c->Attr("sizes");
-    if (offsets == nullptr || sizes == nullptr) return Bad(where + " has a chunk without offsets/sizes");
+    if (offsets == nullptr || sizes == nullptr)
+      return Bad(where + " has a chunk without offsets/sizes");
     Result<std::vector<int64_t>> o = ParseDims(offsets, where + " chunk offsets");
     if (!o.ok()) return o.status();
     Result<std::vector<int64_t>> s = ParseDims(sizes, where + " chunk sizes");
@@ -166,7 +197,7 @@ Result<DcpTensor> ParseTensor(std::string fqn, const PickleValue& meta) {
   return t;
 }
 
-Status ParseStateDictMetadata(const PickleValue& sdm, DcpMetadata* out) {
+Status ParseStateDictMetadata(const PickleValue& sdm, OutputBudget* budget, DcpMetadata* out) {
   if (sdm.kind != Kind::kDict) return Bad("state_dict_metadata is not a dict");
   for (const auto& [key, value] : sdm.entries) {
     if (key->kind != Kind::kString) return Bad("state_dict_metadata has a non-str key");
@@ -179,11 +210,13 @@ Status ParseStateDictMetadata(const PickleValue& sdm, DcpMetadata* out) {
         return Bad("state_dict_metadata entry " + Quote(key->text) + " (" + value->name() +
                    ") is neither a tensor nor a bytes item");
       }
+      CKPTFS_RETURN_IF_ERROR(budget->Charge(sizeof key->text + key->text.size()));
       out->byte_items.push_back(key->text);
       continue;
     }
     Result<DcpTensor> t = ParseTensor(key->text, *value);
     if (!t.ok()) return t.status();
+    CKPTFS_RETURN_IF_ERROR(budget->Charge(*t));
     out->tensors.push_back(std::move(t).value());
   }
   return Status::Ok();
@@ -192,7 +225,8 @@ Status ParseStateDictMetadata(const PickleValue& sdm, DcpMetadata* out) {
 }  // namespace
 
 bool IsSafeRelativePath(std::string_view path) {
-  if (path.empty() || path.front() == '/' || path.find('\0') != std::string_view::npos) return false;
+  if (path.empty() || path.front() == '/' || path.find('\0') != std::string_view::npos)
+    return false;
   size_t start = 0;
   while (start <= path.size()) {
     size_t end = path.find('/', start);
@@ -213,16 +247,17 @@ Result<DcpMetadata> ParseDcpMetadata(std::string_view bytes, const DcpParseOptio
                ", not a built Metadata object");
   }
   DcpMetadata out;
+  OutputBudget budget(bytes.size());
   const PickleValue* storage = root.Attr("storage_data");
   if (storage == nullptr) return Bad("Metadata has no storage_data");
   if (storage->kind != Kind::kDict) {
     return Bad(std::string("storage_data is a ") + PickleKindName(storage->kind) + ", not a dict");
   }
-  out.storage.reserve(storage->entries.size());
   for (size_t i = 0; i < storage->entries.size(); ++i) {
-    Result<DcpStorageEntry> e = ParseStorageEntry(*storage->entries[i].first,
-                                                  *storage->entries[i].second, i);
+    Result<DcpStorageEntry> e =
+        ParseStorageEntry(*storage->entries[i].first, *storage->entries[i].second, i);
     if (!e.ok()) return e.status();
+    CKPTFS_RETURN_IF_ERROR(budget.Charge(*e));
     out.storage.push_back(std::move(e).value());
   }
   if (const PickleValue* v = root.Attr("version"); v != nullptr && v->kind == Kind::kString) {
@@ -231,7 +266,7 @@ Result<DcpMetadata> ParseDcpMetadata(std::string_view bytes, const DcpParseOptio
   if (!options.storage_only) {
     const PickleValue* sdm = root.Attr("state_dict_metadata");
     if (sdm == nullptr) return Bad("Metadata has no state_dict_metadata");
-    CKPTFS_RETURN_IF_ERROR(ParseStateDictMetadata(*sdm, &out));
+    CKPTFS_RETURN_IF_ERROR(ParseStateDictMetadata(*sdm, &budget, &out));
   }
   return out;
 }

@@ -49,7 +49,7 @@ struct DcpChunk {
 // A TensorStorageMetadata entry of state_dict_metadata.
 struct DcpTensor {
   std::string fqn;
-  std::string dtype;  // the torch dtype name without "torch.", e.g. "bfloat16"
+  std::string dtype;          // the torch dtype name without "torch.", e.g. "bfloat16"
   std::vector<int64_t> size;  // global shape
   std::vector<DcpChunk> chunks;
 };
@@ -57,9 +57,9 @@ struct DcpTensor {
 struct DcpMetadata {
   std::vector<DcpStorageEntry> storage;  // in storage_data order
   // Empty when parsed with storage_only.
-  std::vector<DcpTensor> tensors;        // in state_dict_metadata order
-  std::vector<std::string> byte_items;   // fqns of BytesStorageMetadata entries
-  std::optional<std::string> version;    // Metadata.version when a string
+  std::vector<DcpTensor> tensors;       // in state_dict_metadata order
+  std::vector<std::string> byte_items;  // fqns of BytesStorageMetadata entries
+  std::optional<std::string> version;   // Metadata.version when a string
 };
 
 struct DcpParseOptions {

@@ -112,7 +112,8 @@ TEST(DcpMetadataTest, Torch214Default) {
   EXPECT_EQ(w1->index_hint, 1);
   EXPECT_NE(FindEntry(m, "model.colsharded", Dims{0, 2}), nullptr);
   // Replicated and non-tensor items were all written by rank 1.
-  for (const char* fqn : {"optim.step", "extra.1", "optim.param_groups.0.lr", "optim.param_groups.0.params"}) {
+  for (const char* fqn :
+       {"optim.step", "extra.1", "optim.param_groups.0.lr", "optim.param_groups.0.params"}) {
     const DcpStorageEntry* e = FindEntry(m, fqn, std::nullopt);
     ASSERT_NE(e, nullptr) << fqn;
     EXPECT_EQ(e->relative_path, "__1_0.distcp");
@@ -135,7 +136,8 @@ TEST(DcpMetadataTest, Torch214VariantsAndZeroSizeChunks) {
   DcpMetadata t = ParseCase("torch-2.14/dcp_threads");
   std::set<std::string> files;
   for (const DcpStorageEntry& e : t.storage) files.insert(e.relative_path);
-  EXPECT_EQ(files, (std::set<std::string>{"__0_0.distcp", "__0_1.distcp", "__1_0.distcp", "__1_1.distcp"}));
+  EXPECT_EQ(files, (std::set<std::string>{"__0_0.distcp", "__0_1.distcp", "__1_0.distcp",
+                                          "__1_1.distcp"}));
   DcpMetadata zero = ParseCase("torch-2.14/dcp_zero");
   const DcpTensor* row = FindTensor(zero, "one_row");
   ASSERT_NE(row, nullptr);
@@ -151,7 +153,8 @@ TEST(DcpMetadataTest, Torch113) {
   EXPECT_EQ(a.storage.size(), 4u);
   std::set<std::string> files;
   for (const DcpStorageEntry& e : a.storage) files.insert(e.relative_path);
-  EXPECT_EQ(files, (std::set<std::string>{"__0_0.distcp", "__0_1.distcp", "__0_2.distcp", "__0_3.distcp"}));
+  EXPECT_EQ(files, (std::set<std::string>{"__0_0.distcp", "__0_1.distcp", "__0_2.distcp",
+                                          "__0_3.distcp"}));
   EXPECT_EQ(FindTensor(a, "b")->dtype, "bfloat16");
   EXPECT_EQ(FindTensor(a, "b")->size, (Dims{5}));
   EXPECT_NE(FindEntry(a, "nested_obj", std::nullopt), nullptr);  // 1.13 keeps the dict as one item
@@ -184,7 +187,10 @@ TEST(DcpMetadataTest, LargeOffsetsNeedLong1) {
 // Writes protocol-2 style pickles by hand.
 class P {
  public:
-  P& Raw(const std::string& s) { out_ += s; return *this; }
+  P& Raw(const std::string& s) {
+    out_ += s;
+    return *this;
+  }
   P& Str(const std::string& s) {
     out_ += 'X';
     for (int i = 0; i < 4; ++i) out_ += static_cast<char>((s.size() >> (8 * i)) & 0xff);
@@ -193,7 +199,8 @@ class P {
   }
   P& Int(int64_t v) {  // LONG1, 8 bytes
     out_ += "\x8a\x08";
-    for (int i = 0; i < 8; ++i) out_ += static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
+    for (int i = 0; i < 8; ++i)
+      out_ += static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
     return *this;
   }
   P& Obj(const std::string& module, const std::string& name) {
@@ -210,14 +217,34 @@ const char kM[] = "torch.distributed.checkpoint.metadata";
 
 // Metadata(storage_data={MetadataIndex{index items}: _StorageInfo{info items}}).
 std::string OneEntry(const std::string& index_items, const std::string& info_items) {
-  return P().Obj(kM, "Metadata").Raw("}(").Str("state_dict_metadata").Raw("}").Str("storage_data").Raw("}(")
-             .Obj(kM, "MetadataIndex").Raw("}(").Raw(index_items).Raw("ub")
-             .Obj("torch.distributed.checkpoint.filesystem", "_StorageInfo").Raw("}(").Raw(info_items).Raw("ub")
-             .Raw("uub.").str();
+  return P()
+      .Obj(kM, "Metadata")
+      .Raw("}(")
+      .Str("state_dict_metadata")
+      .Raw("}")
+      .Str("storage_data")
+      .Raw("}(")
+      .Obj(kM, "MetadataIndex")
+      .Raw("}(")
+      .Raw(index_items)
+      .Raw("ub")
+      .Obj("torch.distributed.checkpoint.filesystem", "_StorageInfo")
+      .Raw("}(")
+      .Raw(info_items)
+      .Raw("ub")
+      .Raw("uub.")
+      .str();
 }
 std::string Fqn(const std::string& f) { return P().Str("fqn").Str(f).str(); }
 std::string Info(const std::string& path, int64_t offset, int64_t length) {
-  return P().Str("relative_path").Str(path).Str("offset").Int(offset).Str("length").Int(length).str();
+  return P()
+      .Str("relative_path")
+      .Str(path)
+      .Str("offset")
+      .Int(offset)
+      .Str("length")
+      .Int(length)
+      .str();
 }
 
 std::string ErrorOf(const std::string& bytes) {
@@ -246,30 +273,66 @@ TEST(DcpMetadataTest, HandBuiltEntries) {
 
 TEST(DcpMetadataTest, MalformedMetadataIsEio) {
   for (const char* bad : {"../x", "/abs", "", "a//b", "a/./b", "a/.."}) {
-    EXPECT_NE(ErrorOf(OneEntry(Fqn("w"), Info(bad, 0, 1))).find("not a path inside"), std::string::npos) << bad;
+    EXPECT_NE(ErrorOf(OneEntry(Fqn("w"), Info(bad, 0, 1))).find("not a path inside"),
+              std::string::npos)
+        << bad;
   }
-  EXPECT_NE(ErrorOf(OneEntry(Fqn("w"), Info("f", -1, 1))).find("offset is negative"), std::string::npos);
-  EXPECT_NE(ErrorOf(OneEntry(Fqn("w"), P().Str("relative_path").Str("f").Str("offset").Int(0).str()))
-                .find("has no length"),
+  EXPECT_NE(ErrorOf(OneEntry(Fqn("w"), Info("f", -1, 1))).find("offset is negative"),
             std::string::npos);
+  EXPECT_NE(
+      ErrorOf(OneEntry(Fqn("w"), P().Str("relative_path").Str("f").Str("offset").Int(0).str()))
+          .find("has no length"),
+      std::string::npos);
   EXPECT_NE(ErrorOf(OneEntry(Fqn("w"), P().Str("relative_path").Int(3).str())).find("not a str"),
             std::string::npos);
   EXPECT_NE(ErrorOf(OneEntry("", Info("f", 0, 1))).find("has no fqn"), std::string::npos);
-  EXPECT_NE(ErrorOf(OneEntry(Fqn("w") + P().Str("offset").Str("x").str(), Info("f", 0, 1))).find("not a shape"),
+  EXPECT_NE(ErrorOf(OneEntry(Fqn("w") + P().Str("offset").Str("x").str(), Info("f", 0, 1)))
+                .find("not a shape"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(OneEntry(Fqn("w"), Info("f", 0, 1) + P().Str("transform_descriptors").Raw("(").Int(1)
-                                                           .Raw("l").str()))
+  EXPECT_NE(ErrorOf(OneEntry(Fqn("w"),
+                             Info("f", 0, 1) +
+                                 P().Str("transform_descriptors").Raw("(").Int(1).Raw("l").str()))
                 .find("holds a non-str"),
             std::string::npos);
   EXPECT_NE(ErrorOf("K\x01.").find("top-level value is a int"), std::string::npos);
-  EXPECT_NE(ErrorOf(P().Obj(kM, "Metadata").Raw("}b.").str()).find("has no storage_data"), std::string::npos);
-  EXPECT_NE(ErrorOf(P().Obj(kM, "Metadata").Raw("}").Str("storage_data").Raw("]sb.").str()).find("not a dict"),
+  EXPECT_NE(ErrorOf(P().Obj(kM, "Metadata").Raw("}b.").str()).find("has no storage_data"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(P().Obj(kM, "Metadata").Raw("}").Str("storage_data").Raw("}").Str("k").Str("v")
-                        .Raw("ssb.").str())
+  EXPECT_NE(ErrorOf(P().Obj(kM, "Metadata").Raw("}").Str("storage_data").Raw("]sb.").str())
+                .find("not a dict"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(P().Obj(kM, "Metadata")
+                        .Raw("}")
+                        .Str("storage_data")
+                        .Raw("}")
+                        .Str("k")
+                        .Str("v")
+                        .Raw("ssb.")
+                        .str())
                 .find("key is not a MetadataIndex"),
             std::string::npos);
   EXPECT_NE(ErrorOf("garbage").find("DCP .metadata: pickle:"), std::string::npos);
+}
+
+TEST(DcpMetadataTest, SharedStringsCannotAmplifyTheOutput) {
+  // One MetadataIndex with a 100 KB fqn and one _StorageInfo, memoized, then
+  // referenced by 2,000 entries for 4 bytes each: 200 MB of fqn copies.
+  std::string key =
+      P().Obj(kM, "MetadataIndex").Raw("}(").Raw(Fqn(std::string(100000, 'x'))).Raw("ub").str();
+  std::string val = P().Obj("fs", "_StorageInfo").Raw("}(").Raw(Info("f", 0, 1)).Raw("ub").str();
+  std::string pairs;
+  for (int i = 0; i < 2000; ++i) pairs += "h\x01h\x02";
+  std::string bytes = P().Obj(kM, "Metadata")
+                          .Raw("}(")
+                          .Str("storage_data")
+                          .Raw("}(")
+                          .Raw(key)
+                          .Raw("q\x01")
+                          .Raw(val)
+                          .Raw("q\x02")
+                          .Raw(pairs)
+                          .Raw("uub.")
+                          .str();
+  EXPECT_NE(ErrorOf(bytes).find("far larger than the file"), std::string::npos);
 }
 
 std::vector<std::string> RealMetadata() {
@@ -306,7 +369,8 @@ TEST(DcpMetadataTest, RandomByteFlipsNeverCrash) {
         ++failed;
       } else {
         ++ok;
-        for (const DcpStorageEntry& e : r->storage) EXPECT_TRUE(IsSafeRelativePath(e.relative_path));
+        for (const DcpStorageEntry& e : r->storage)
+          EXPECT_TRUE(IsSafeRelativePath(e.relative_path));
       }
     }
   }

@@ -6,9 +6,12 @@
 #pragma once
 
 #include <fstream>
-#include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "formats/safetensors_header.h"
 
 namespace ckptfs::testing {
 
@@ -31,8 +34,12 @@ inline std::string SharedDir() {
 #endif
 }
 
-inline std::string DcpTestdata(const std::string& rel) { return SharedDir() + "/testdata/dcp/" + rel; }
-inline std::string Fixture(const std::string& name) { return SourceDir() + "/src/formats/testdata/" + name; }
+inline std::string DcpTestdata(const std::string& rel) {
+  return SharedDir() + "/testdata/dcp/" + rel;
+}
+inline std::string Fixture(const std::string& name) {
+  return SourceDir() + "/src/formats/testdata/" + name;
+}
 
 // False when the file cannot be read.
 inline bool ReadTestFile(const std::string& path, std::string* out) {
@@ -46,9 +53,39 @@ inline bool ReadTestFile(const std::string& path, std::string* out) {
 
 // The real DCP cases with a .metadata (path relative to testdata/dcp).
 inline const char* const kDcpCases[] = {
-    "torch-1.13/ckpt113",       "torch-1.13/ckpt113b",       "torch-1.13/ckpt113c",
-    "torch-2.14/dcp_default",   "torch-2.14/dcp_zstd",       "torch-2.14/dcp_threads",
+    "torch-1.13/ckpt113",     "torch-1.13/ckpt113b", "torch-1.13/ckpt113c",
+    "torch-2.14/dcp_default", "torch-2.14/dcp_zstd", "torch-2.14/dcp_threads",
     "torch-2.14/dcp_zero",
 };
+
+struct TestTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<uint64_t> shape;
+};
+
+// A valid safetensors file holding `tensors` in this order, header padded with
+// spaces to a multiple of 8, every data byte 0xA5.
+inline std::string MakeSafetensors(
+    const std::vector<TestTensor>& tensors,
+    const std::vector<std::pair<std::string, std::string>>& metadata = {}) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    for (const auto& [k, v] : metadata) h["__metadata__"][k] = v;
+  }
+  uint64_t cursor = 0;
+  for (const TestTensor& t : tensors) {
+    uint64_t bits = SafetensorsDtypeBits(t.dtype).value_or(8);
+    for (uint64_t d : t.shape) bits *= d;
+    h[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {cursor, cursor + bits / 8}}};
+    cursor += bits / 8;
+  }
+  std::string json = h.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out;
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  return out + json + std::string(cursor, '\xa5');
+}
 
 }  // namespace ckptfs::testing

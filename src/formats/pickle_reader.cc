@@ -5,14 +5,16 @@
 
 #include <bit>
 #include <cstdio>
-#include <cstring>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace ckptfs {
 namespace {
 
 using Kind = PickleValue::Kind;
 
+// clang-format off
 // Opcode bytes, named as in CPython's pickletools.
 enum Op : uint8_t {
   kMark = '(', kStop = '.', kPop = '0', kPopMark = '1', kDup = '2',
@@ -30,284 +32,43 @@ enum Op : uint8_t {
   kStackGlobal = 0x93, kMemoize = 0x94, kFrame = 0x95, kByteArray8 = 0x96,
 };
 
+// Names for messages, including opcodes that are known but unsupported
+// (protocol-0 text opcodes, the extension registry, out-of-band buffers).
+constexpr std::pair<uint8_t, const char*> kOpNames[] = {
+  {kMark, "MARK"}, {kStop, "STOP"}, {kPop, "POP"}, {kPopMark, "POP_MARK"}, {kDup, "DUP"},
+  {kBinFloat, "BINFLOAT"}, {kBinInt, "BININT"}, {kBinInt1, "BININT1"}, {kBinInt2, "BININT2"},
+  {kNone, "NONE"}, {kBinPersId, "BINPERSID"}, {kReduce, "REDUCE"}, {kBinString, "BINSTRING"},
+  {kShortBinString, "SHORT_BINSTRING"}, {kBinUnicode, "BINUNICODE"}, {kAppend, "APPEND"},
+  {kBuild, "BUILD"}, {kGlobal, "GLOBAL"}, {kDict, "DICT"}, {kAppends, "APPENDS"},
+  {kBinGet, "BINGET"}, {kLongBinGet, "LONG_BINGET"}, {kList, "LIST"}, {kBinPut, "BINPUT"},
+  {kLongBinPut, "LONG_BINPUT"}, {kSetItem, "SETITEM"}, {kTuple, "TUPLE"},
+  {kSetItems, "SETITEMS"}, {kEmptyDict, "EMPTY_DICT"}, {kEmptyList, "EMPTY_LIST"},
+  {kEmptyTuple, "EMPTY_TUPLE"}, {kBinBytes, "BINBYTES"}, {kShortBinBytes, "SHORT_BINBYTES"},
+  {kProto, "PROTO"}, {kNewObj, "NEWOBJ"}, {kTuple1, "TUPLE1"}, {kTuple2, "TUPLE2"},
+  {kTuple3, "TUPLE3"}, {kNewTrue, "NEWTRUE"}, {kNewFalse, "NEWFALSE"}, {kLong1, "LONG1"},
+  {kLong4, "LONG4"}, {kShortBinUnicode, "SHORT_BINUNICODE"}, {kBinUnicode8, "BINUNICODE8"},
+  {kBinBytes8, "BINBYTES8"}, {kEmptySet, "EMPTY_SET"}, {kAddItems, "ADDITEMS"},
+  {kFrozenSet, "FROZENSET"}, {kNewObjEx, "NEWOBJ_EX"}, {kStackGlobal, "STACK_GLOBAL"},
+  {kMemoize, "MEMOIZE"}, {kFrame, "FRAME"}, {kByteArray8, "BYTEARRAY8"},
+  {'I', "INT"}, {'L', "LONG"}, {'S', "STRING"}, {'V', "UNICODE"}, {'F', "FLOAT"},
+  {'p', "PUT"}, {'g', "GET"}, {'P', "PERSID"}, {'i', "INST"}, {'o', "OBJ"},
+  {0x82, "EXT1"}, {0x83, "EXT2"}, {0x84, "EXT4"}, {0x97, "NEXT_BUFFER"},
+  {0x98, "READONLY_BUFFER"},
+};
+// clang-format on
+
 const char* OpName(uint8_t op) {
-  switch (op) {
-    case kMark: return "MARK";
-    case kStop: return "STOP";
-    case kPop: return "POP";
-    case kPopMark: return "POP_MARK";
-    case kDup: return "DUP";
-    case kBinFloat: return "BINFLOAT";
-    case kBinInt: return "BININT";
-    case kBinInt1: return "BININT1";
-    case kBinInt2: return "BININT2";
-    case kNone: return "NONE";
-    case kBinPersId: return "BINPERSID";
-    case kReduce: return "REDUCE";
-    case kBinString: return "BINSTRING";
-    case kShortBinString: return "SHORT_BINSTRING";
-    case kBinUnicode: return "BINUNICODE";
-    case kAppend: return "APPEND";
-    case kBuild: return "BUILD";
-    case kGlobal: return "GLOBAL";
-    case kDict: return "DICT";
-    case kAppends: return "APPENDS";
-    case kBinGet: return "BINGET";
-    case kLongBinGet: return "LONG_BINGET";
-    case kList: return "LIST";
-    case kBinPut: return "BINPUT";
-    case kLongBinPut: return "LONG_BINPUT";
-    case kSetItem: return "SETITEM";
-    case kTuple: return "TUPLE";
-    case kSetItems: return "SETITEMS";
-    case kEmptyDict: return "EMPTY_DICT";
-    case kEmptyList: return "EMPTY_LIST";
-    case kEmptyTuple: return "EMPTY_TUPLE";
-    case kBinBytes: return "BINBYTES";
-    case kShortBinBytes: return "SHORT_BINBYTES";
-    case kProto: return "PROTO";
-    case kNewObj: return "NEWOBJ";
-    case kTuple1: return "TUPLE1";
-    case kTuple2: return "TUPLE2";
-    case kTuple3: return "TUPLE3";
-    case kNewTrue: return "NEWTRUE";
-    case kNewFalse: return "NEWFALSE";
-    case kLong1: return "LONG1";
-    case kLong4: return "LONG4";
-    case kShortBinUnicode: return "SHORT_BINUNICODE";
-    case kBinUnicode8: return "BINUNICODE8";
-    case kBinBytes8: return "BINBYTES8";
-    case kEmptySet: return "EMPTY_SET";
-    case kAddItems: return "ADDITEMS";
-    case kFrozenSet: return "FROZENSET";
-    case kNewObjEx: return "NEWOBJ_EX";
-    case kStackGlobal: return "STACK_GLOBAL";
-    case kMemoize: return "MEMOIZE";
-    case kFrame: return "FRAME";
-    case kByteArray8: return "BYTEARRAY8";
-    // Known but unsupported: protocol-0 text opcodes, extension registry,
-    // out-of-band buffers.
-    case 'I': return "INT";
-    case 'L': return "LONG";
-    case 'S': return "STRING";
-    case 'V': return "UNICODE";
-    case 'F': return "FLOAT";
-    case 'p': return "PUT";
-    case 'g': return "GET";
-    case 'P': return "PERSID";
-    case 'i': return "INST";
-    case 'o': return "OBJ";
-    case 0x82: return "EXT1";
-    case 0x83: return "EXT2";
-    case 0x84: return "EXT4";
-    case 0x97: return "NEXT_BUFFER";
-    case 0x98: return "READONLY_BUFFER";
-    default: return nullptr;
-  }
-}
-
-const std::string kEmpty;
-
-}  // namespace
-
-// ---- PickleValue -----------------------------------------------------------
-
-const std::string& PickleValue::module() const {
-  if (kind == Kind::kGlobal) return text;
-  if (kind == Kind::kObject && callable != nullptr && callable->kind == Kind::kGlobal) {
-    return callable->text;
-  }
-  return kEmpty;
-}
-
-const std::string& PickleValue::name() const {
-  if (kind == Kind::kGlobal) return global_name;
-  if (kind == Kind::kObject && callable != nullptr && callable->kind == Kind::kGlobal) {
-    return callable->global_name;
-  }
-  return kEmpty;
-}
-
-bool PickleValue::IsA(std::string_view mod, std::string_view nm) const {
-  if (kind != Kind::kGlobal && kind != Kind::kObject) return false;
-  return module() == mod && name() == nm;
-}
-
-const PickleValue* PickleValue::Get(std::string_view key) const {
-  if (kind != Kind::kDict && kind != Kind::kObject) return nullptr;
-  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    if (it->first->kind == Kind::kString && it->first->text == key) return it->second;
+  for (const auto& [code, name] : kOpNames) {
+    if (code == op) return name;
   }
   return nullptr;
 }
 
-const PickleValue* PickleValue::Attr(std::string_view key) const {
-  if (kind != Kind::kObject || state == nullptr) return nullptr;
-  if (state->kind == Kind::kDict) return state->Get(key);
-  if (state->kind == Kind::kTuple && state->items.size() == 2) {
-    // (instance dict or None, slots dict): slots are set after the dict.
-    if (const PickleValue* v = state->items[1]->Get(key)) return v;
-    return state->items[0]->Get(key);
-  }
-  return nullptr;
-}
-
-const char* PickleKindName(PickleValue::Kind kind) {
-  switch (kind) {
-    case Kind::kNone: return "None";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kBytes: return "bytes";
-    case Kind::kTuple: return "tuple";
-    case Kind::kList: return "list";
-    case Kind::kDict: return "dict";
-    case Kind::kSet: return "set";
-    case Kind::kGlobal: return "global";
-    case Kind::kObject: return "object";
-    case Kind::kPersistentId: return "persistent id";
-  }
-  return "?";
-}
-
-namespace {
-
-void Describe(const PickleValue& v, int depth, size_t max_items, std::string* out);
-
-void DescribeSeq(const std::vector<const PickleValue*>& items, int depth, size_t max_items,
-                 std::string* out) {
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) *out += ", ";
-    if (i == max_items) {
-      *out += "...";
-      break;
-    }
-    Describe(*items[i], depth, max_items, out);
-  }
-}
-
-void DescribeEntries(const std::vector<PickleValue::Entry>& entries, int depth, size_t max_items,
-                     std::string* out) {
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (i > 0) *out += ", ";
-    if (i == max_items) {
-      *out += "...";
-      break;
-    }
-    Describe(*entries[i].first, depth, max_items, out);
-    *out += ": ";
-    Describe(*entries[i].second, depth, max_items, out);
-  }
-}
-
-void Describe(const PickleValue& v, int depth, size_t max_items, std::string* out) {
-  bool container = v.kind == Kind::kTuple || v.kind == Kind::kList || v.kind == Kind::kDict ||
-                   v.kind == Kind::kSet || v.kind == Kind::kObject ||
-                   v.kind == Kind::kPersistentId;
-  if (container && depth <= 0) {
-    *out += "...";
-    return;
-  }
-  switch (v.kind) {
-    case Kind::kNone: *out += "None"; return;
-    case Kind::kBool: *out += v.bool_value ? "True" : "False"; return;
-    case Kind::kInt: *out += std::to_string(v.int_value); return;
-    case Kind::kFloat: {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.17g", v.float_value);
-      *out += buf;
-      return;
-    }
-    case Kind::kString:
-    case Kind::kBytes:
-      if (v.kind == Kind::kBytes) *out += 'b';
-      *out += '\'';
-      for (unsigned char c : v.text) {
-        if (c == '\'' || c == '\\') {
-          *out += '\\';
-          *out += static_cast<char>(c);
-        } else if (c < 0x20 || c == 0x7f || (v.kind == Kind::kBytes && c >= 0x80)) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\x%02x", c);
-          *out += buf;
-        } else {
-          *out += static_cast<char>(c);
-        }
-      }
-      *out += '\'';
-      return;
-    case Kind::kTuple:
-      *out += '(';
-      DescribeSeq(v.items, depth - 1, max_items, out);
-      if (v.items.size() == 1) *out += ',';
-      *out += ')';
-      return;
-    case Kind::kList:
-      *out += '[';
-      DescribeSeq(v.items, depth - 1, max_items, out);
-      *out += ']';
-      return;
-    case Kind::kSet:
-      *out += "set(";
-      DescribeSeq(v.items, depth - 1, max_items, out);
-      *out += ')';
-      return;
-    case Kind::kDict:
-      *out += '{';
-      DescribeEntries(v.entries, depth - 1, max_items, out);
-      *out += '}';
-      return;
-    case Kind::kGlobal: *out += v.text + "." + v.global_name; return;
-    case Kind::kObject:
-      if (v.callable->kind == Kind::kGlobal) {
-        *out += v.module() + "." + v.name();
-      } else {
-        *out += '<';
-        Describe(*v.callable, depth - 1, max_items, out);
-        *out += '>';
-      }
-      *out += '(';
-      if (v.args != nullptr) DescribeSeq(v.args->items, depth - 1, max_items, out);
-      *out += ')';
-      if (v.state != nullptr) {
-        *out += '{';
-        Describe(*v.state, depth - 1, max_items, out);
-        *out += '}';
-      }
-      if (!v.items.empty()) {
-        *out += '[';
-        DescribeSeq(v.items, depth - 1, max_items, out);
-        *out += ']';
-      }
-      if (!v.entries.empty()) {
-        *out += '{';
-        DescribeEntries(v.entries, depth - 1, max_items, out);
-        *out += '}';
-      }
-      return;
-    case Kind::kPersistentId:
-      *out += "persid(";
-      Describe(*v.args, depth - 1, max_items, out);
-      *out += ')';
-      return;
-  }
-}
-
 }  // namespace
-
-std::string DescribePickleValue(const PickleValue& value, int max_depth, size_t max_items) {
-  std::string out;
-  Describe(value, max_depth, max_items, &out);
-  return out;
-}
-
-// ---- The VM ----------------------------------------------------------------
 
 class PickleMachine {
  public:
-  PickleMachine(std::string_view data, const PickleLimits& limits)
-      : data_(data), limits_(limits) {}
+  PickleMachine(std::string_view data, const PickleLimits& limits) : data_(data), limits_(limits) {}
 
   Result<PickleDocument> Run();
 
@@ -323,6 +84,8 @@ class PickleMachine {
     return Status::Error(EIO, "pickle: " + what + buf);
   }
 
+  // Run() checks PickleLimits::max_nodes after each opcode (which adds at most
+  // two nodes).
   PickleValue* New(Kind kind) { return &doc_.nodes_->emplace_back(kind); }
 
   Status Read(uint64_t n, std::string_view* out) {
@@ -375,10 +138,13 @@ class PickleMachine {
     return Status::Ok();
   }
 
-  PickleValue* Shared(PickleValue** slot, Kind kind, bool b = false) {
+  // Immutable values (None, booleans, the empty tuple, small ints) are made
+  // once and shared, which keeps typical documents small.
+  PickleValue* Shared(PickleValue** slot, Kind kind, int64_t v = 0) {
     if (*slot == nullptr) {
       *slot = New(kind);
-      (*slot)->bool_value = b;
+      (*slot)->bool_value = v != 0;
+      (*slot)->int_value = v;
     }
     return *slot;
   }
@@ -440,7 +206,8 @@ class PickleMachine {
     PickleValue* n = New(kind);
     if (kind == Kind::kDict) {
       if ((stack_.size() - start) % 2 != 0) return Fail("odd number of dict items");
-      for (size_t i = start; i < stack_.size(); i += 2) n->entries.emplace_back(stack_[i], stack_[i + 1]);
+      for (size_t i = start; i < stack_.size(); i += 2)
+        n->entries.emplace_back(stack_[i], stack_[i + 1]);
     } else {
       n->items.assign(stack_.begin() + static_cast<std::ptrdiff_t>(start), stack_.end());
     }
@@ -452,7 +219,8 @@ class PickleMachine {
       return Fail(std::string("cannot call a ") + PickleKindName(callable->kind));
     }
     if (args->kind != Kind::kTuple) return Fail("arguments are not a tuple");
-    if (kwargs != nullptr && kwargs->kind != Kind::kDict) return Fail("keyword arguments are not a dict");
+    if (kwargs != nullptr && kwargs->kind != Kind::kDict)
+      return Fail("keyword arguments are not a dict");
     PickleValue* n = New(Kind::kObject);
     n->callable = callable;
     n->args = args;
@@ -474,6 +242,11 @@ class PickleMachine {
   PickleValue* none_ = nullptr;
   PickleValue* true_ = nullptr;
   PickleValue* false_ = nullptr;
+  PickleValue* empty_tuple_ = nullptr;
+  PickleValue* small_ints_[256] = {};
+  // BUILD merges copy entries; their total is bounded by the input size so
+  // that re-BUILDing a big state cannot amplify memory.
+  size_t merged_entries_ = 0;
 };
 
 Status PickleMachine::Build() {
@@ -485,6 +258,8 @@ Status PickleMachine::Build() {
     return Fail(std::string("BUILD on a ") + PickleKindName(inst->kind) + ", not an object");
   }
   if (inst->state != nullptr && inst->state->kind == Kind::kDict && state->kind == Kind::kDict) {
+    merged_entries_ += inst->state->entries.size() + state->entries.size();
+    if (merged_entries_ > data_.size()) return Fail("BUILD merges more state than the input holds");
     PickleValue* merged = New(Kind::kDict);
     merged->entries = inst->state->entries;
     merged->entries.insert(merged->entries.end(), state->entries.begin(), state->entries.end());
@@ -509,7 +284,8 @@ Status PickleMachine::Step(bool* stop) {
       return Status::Ok();
     case kFrame:  // a framing hint: only check that the frame is really there
       CKPTFS_RETURN_IF_ERROR(ReadUint(8, &u));
-      if (u > data_.size() - pos_) return Fail("frame of " + std::to_string(u) + " bytes is truncated");
+      if (u > data_.size() - pos_)
+        return Fail("frame of " + std::to_string(u) + " bytes is truncated");
       return Status::Ok();
     case kStop:
       CKPTFS_RETURN_IF_ERROR(Pop(&a));
@@ -533,16 +309,26 @@ Status PickleMachine::Step(bool* stop) {
     case kDup:
       CKPTFS_RETURN_IF_ERROR(Top(&a));
       return Push(a);
-    case kShortBinUnicode: return PushText(Kind::kString, 1);
-    case kBinUnicode: return PushText(Kind::kString, 4);
-    case kBinUnicode8: return PushText(Kind::kString, 8);
-    case kShortBinString: return PushText(Kind::kString, 1);
-    case kBinString: return PushText(Kind::kString, 4);
-    case kShortBinBytes: return PushText(Kind::kBytes, 1);
-    case kBinBytes: return PushText(Kind::kBytes, 4);
-    case kBinBytes8: return PushText(Kind::kBytes, 8);
-    case kByteArray8: return PushText(Kind::kBytes, 8);
-    case kMemoize: return Put(memo_.size());
+    case kShortBinUnicode:
+      return PushText(Kind::kString, 1);
+    case kBinUnicode:
+      return PushText(Kind::kString, 4);
+    case kBinUnicode8:
+      return PushText(Kind::kString, 8);
+    case kShortBinString:
+      return PushText(Kind::kString, 1);
+    case kBinString:
+      return PushText(Kind::kString, 4);
+    case kShortBinBytes:
+      return PushText(Kind::kBytes, 1);
+    case kBinBytes:
+      return PushText(Kind::kBytes, 4);
+    case kBinBytes8:
+      return PushText(Kind::kBytes, 8);
+    case kByteArray8:
+      return PushText(Kind::kBytes, 8);
+    case kMemoize:
+      return Put(memo_.size());
     case kBinPut:
       CKPTFS_RETURN_IF_ERROR(ReadUint(1, &u));
       return Put(u);
@@ -582,13 +368,15 @@ Status PickleMachine::Step(bool* stop) {
       CKPTFS_RETURN_IF_ERROR(Pop(&b));
       CKPTFS_RETURN_IF_ERROR(Pop(&a));
       return MakeObject(a, b, c);
-    case kBuild: return Build();
+    case kBuild:
+      return Build();
     case kBinPersId:
       CKPTFS_RETURN_IF_ERROR(Pop(&a));
       b = New(Kind::kPersistentId);
       b->args = a;
       return Push(b);
-    case kEmptyTuple: return Push(New(Kind::kTuple));
+    case kEmptyTuple:
+      return Push(Shared(&empty_tuple_, Kind::kTuple));
     case kTuple:
       CKPTFS_RETURN_IF_ERROR(PopMark(&start));
       return Collect(start, Kind::kTuple);
@@ -599,15 +387,18 @@ Status PickleMachine::Step(bool* stop) {
       if (stack_.size() < Fence() + n) return Fail("stack underflow");
       return Collect(stack_.size() - n, Kind::kTuple);
     }
-    case kEmptyList: return Push(New(Kind::kList));
+    case kEmptyList:
+      return Push(New(Kind::kList));
     case kList:
       CKPTFS_RETURN_IF_ERROR(PopMark(&start));
       return Collect(start, Kind::kList);
-    case kEmptyDict: return Push(New(Kind::kDict));
+    case kEmptyDict:
+      return Push(New(Kind::kDict));
     case kDict:
       CKPTFS_RETURN_IF_ERROR(PopMark(&start));
       return Collect(start, Kind::kDict);
-    case kEmptySet: return Push(New(Kind::kSet));
+    case kEmptySet:
+      return Push(New(Kind::kSet));
     case kFrozenSet:
       CKPTFS_RETURN_IF_ERROR(PopMark(&start));
       return Collect(start, Kind::kSet);
@@ -625,7 +416,8 @@ Status PickleMachine::Step(bool* stop) {
                           : a->kind != Kind::kSet) {
         return Fail(std::string("cannot add items to a ") + PickleKindName(a->kind));
       }
-      a->items.insert(a->items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(start), stack_.end());
+      a->items.insert(a->items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(start),
+                      stack_.end());
       stack_.resize(start);
       return Status::Ok();
     case kSetItem:
@@ -640,7 +432,8 @@ Status PickleMachine::Step(bool* stop) {
       CKPTFS_RETURN_IF_ERROR(BelowMark(start, &a));
       if (a->kind != Kind::kDict && a->kind != Kind::kObject) return Fail("SETITEMS on a non-dict");
       if ((stack_.size() - start) % 2 != 0) return Fail("odd number of dict items");
-      for (size_t i = start; i < stack_.size(); i += 2) a->entries.emplace_back(stack_[i], stack_[i + 1]);
+      for (size_t i = start; i < stack_.size(); i += 2)
+        a->entries.emplace_back(stack_[i], stack_[i + 1]);
       stack_.resize(start);
       return Status::Ok();
     case kBinInt:
@@ -648,15 +441,20 @@ Status PickleMachine::Step(bool* stop) {
       return PushInt(static_cast<int32_t>(static_cast<uint32_t>(u)));
     case kBinInt1:
       CKPTFS_RETURN_IF_ERROR(ReadUint(1, &u));
-      return PushInt(static_cast<int64_t>(u));
+      return Push(Shared(&small_ints_[u], Kind::kInt, static_cast<int64_t>(u)));
     case kBinInt2:
       CKPTFS_RETURN_IF_ERROR(ReadUint(2, &u));
       return PushInt(static_cast<int64_t>(u));
-    case kLong1: return PushSigned(1);
-    case kLong4: return PushSigned(4);
-    case kNone: return Push(Shared(&none_, Kind::kNone));
-    case kNewTrue: return Push(Shared(&true_, Kind::kBool, true));
-    case kNewFalse: return Push(Shared(&false_, Kind::kBool, false));
+    case kLong1:
+      return PushSigned(1);
+    case kLong4:
+      return PushSigned(4);
+    case kNone:
+      return Push(Shared(&none_, Kind::kNone));
+    case kNewTrue:
+      return Push(Shared(&true_, Kind::kBool, 1));
+    case kNewFalse:
+      return Push(Shared(&false_, Kind::kBool, 0));
     case kBinFloat: {
       std::string_view s;
       CKPTFS_RETURN_IF_ERROR(Read(8, &s));
@@ -687,6 +485,7 @@ Result<PickleDocument> PickleMachine::Run() {
     op_offset_ = pos_;
     op_ = static_cast<uint8_t>(data_[pos_++]);
     CKPTFS_RETURN_IF_ERROR(Step(&stop));
+    if (doc_.nodes_->size() > limits_.max_nodes) return Fail("more values than the limit");
   }
   return std::move(doc_);
 }

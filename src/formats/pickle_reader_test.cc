@@ -123,9 +123,10 @@ INSTANTIATE_TEST_SUITE_P(Protocols, ValuesFixtureTest, ::testing::Values(2, 3, 4
 TEST(PickleReaderTest, HandWrittenOpcodes) {
   PickleDocument keep = std::move(Unpickle("N.").value());
   // BINUNICODE8, BINBYTES, BINBYTES8, BYTEARRAY8, SHORT_BINSTRING, BINSTRING in a LIST.
-  std::string data = "\x80\x05(" + B({0x8d, 2, 0, 0, 0, 0, 0, 0, 0}) + "ab" + B({'B', 1, 0, 0, 0}) + "c" +
-                     B({0x8e, 1, 0, 0, 0, 0, 0, 0, 0}) + "d" + B({0x96, 1, 0, 0, 0, 0, 0, 0, 0}) + "e" +
-                     B({'U', 1}) + "f" + B({'T', 1, 0, 0, 0}) + "g" + "l.";
+  std::string data = "\x80\x05(" + B({0x8d, 2, 0, 0, 0, 0, 0, 0, 0}) + "ab" + B({'B', 1, 0, 0, 0}) +
+                     "c" + B({0x8e, 1, 0, 0, 0, 0, 0, 0, 0}) + "d" +
+                     B({0x96, 1, 0, 0, 0, 0, 0, 0, 0}) + "e" + B({'U', 1}) + "f" +
+                     B({'T', 1, 0, 0, 0}) + "g" + "l.";
   const PickleValue& l = Parse(data, &keep);
   ASSERT_EQ(l.kind, Kind::kList);
   ASSERT_EQ(l.items.size(), 6u);
@@ -150,8 +151,16 @@ TEST(PickleReaderTest, HandWrittenOpcodes) {
   EXPECT_EQ(t.items[6]->int_value, 65535);
 
   // DUP, POP, POP_MARK, DICT, SETITEM, BINFLOAT (big-endian).
-  data = "K\x01" "2" "0" "(K\x02K\x03" "1" "(X\x01\x00\x00\x00kG"s + B({0x3f, 0xf8, 0, 0, 0, 0, 0, 0}) + "d" +
-         "X\x01\x00\x00\x00zNs"s "\x86.";
+  data =
+      "K\x01"
+      "2"
+      "0"
+      "(K\x02K\x03"
+      "1"
+      "(X\x01\x00\x00\x00kG"s +
+      B({0x3f, 0xf8, 0, 0, 0, 0, 0, 0}) + "d" +
+      "X\x01\x00\x00\x00zNs"s
+      "\x86.";
   const PickleValue& dup = Parse(data, &keep);
   ASSERT_EQ(dup.kind, Kind::kTuple);
   EXPECT_EQ(dup.items[0]->int_value, 1);
@@ -159,15 +168,23 @@ TEST(PickleReaderTest, HandWrittenOpcodes) {
   EXPECT_EQ(dup.items[1]->Get("z")->kind, Kind::kNone);
 
   // GLOBAL, NEWOBJ_EX with kwargs, two BUILDs merging, BINPERSID, EMPTY_SET + ADDITEMS.
-  data = "cmy.mod\nKlass\n)}X\x01\x00\x00\x00"s "aK\x01s" + B({0x92}) + "}X\x01\x00\x00\x00xK\x01sb"s +
-         "}(X\x01\x00\x00\x00xK\x02X\x01\x00\x00\x00yK\x03"s "ub" + "0" + "X\x03\x00\x00\x00pidQ"s + "0" +
-         B({0x8f}) + "(K\x01K\x02" + B({0x90}) + ".";
+  data =
+      "cmy.mod\nKlass\n)}X\x01\x00\x00\x00"s
+      "aK\x01s" +
+      B({0x92}) + "}X\x01\x00\x00\x00xK\x01sb"s +
+      "}(X\x01\x00\x00\x00xK\x02X\x01\x00\x00\x00yK\x03"s
+      "ub" +
+      "0" + "X\x03\x00\x00\x00pidQ"s + "0" + B({0x8f}) + "(K\x01K\x02" + B({0x90}) + ".";
   const PickleValue& set = Parse(data, &keep);
   EXPECT_EQ(set.kind, Kind::kSet);
   EXPECT_EQ(set.items.size(), 2u);
 
-  data = "cmy.mod\nKlass\n)}X\x01\x00\x00\x00"s "aK\x01s" + B({0x92}) + "}X\x01\x00\x00\x00xK\x01sb"s +
-         "}(X\x01\x00\x00\x00xK\x02X\x01\x00\x00\x00yK\x03"s "ub.";
+  data =
+      "cmy.mod\nKlass\n)}X\x01\x00\x00\x00"s
+      "aK\x01s" +
+      B({0x92}) + "}X\x01\x00\x00\x00xK\x01sb"s +
+      "}(X\x01\x00\x00\x00xK\x02X\x01\x00\x00\x00yK\x03"s
+      "ub.";
   const PickleValue& obj = Parse(data, &keep);
   EXPECT_TRUE(obj.IsA("my.mod", "Klass"));
   EXPECT_EQ(obj.kwargs->Get("a")->int_value, 1);
@@ -179,7 +196,11 @@ TEST(PickleReaderTest, HandWrittenOpcodes) {
   EXPECT_EQ(pid.args->text, "pid");
 
   // BUILD with a (dict, slots) tuple state; Attr looks in both.
-  data = "cm\nC\n)\x81}X\x01\x00\x00\x00"s "aK\x01s}X\x01\x00\x00\x00"s "bK\x02s\x86" "b.";
+  data =
+      "cm\nC\n)\x81}X\x01\x00\x00\x00"s
+      "aK\x01s}X\x01\x00\x00\x00"s
+      "bK\x02s\x86"
+      "b.";
   const PickleValue& slots = Parse(data, &keep);
   EXPECT_EQ(slots.Attr("a")->int_value, 1);
   EXPECT_EQ(slots.Attr("b")->int_value, 2);
@@ -199,7 +220,8 @@ TEST(PickleReaderTest, HandWrittenOpcodes) {
 TEST(PickleReaderTest, MalformedInputsGiveEioWithOffset) {
   EXPECT_NE(ErrorOf("").find("no STOP"), std::string::npos);
   EXPECT_NE(ErrorOf("K\x01").find("no STOP"), std::string::npos);
-  EXPECT_NE(ErrorOf("K\x01\xff.").find("unknown opcode (opcode 0xff at byte 2)"), std::string::npos);
+  EXPECT_NE(ErrorOf("K\x01\xff.").find("unknown opcode (opcode 0xff at byte 2)"),
+            std::string::npos);
   EXPECT_NE(ErrorOf("\x80\x06N.").find("unsupported protocol 6"), std::string::npos);
   EXPECT_NE(ErrorOf("I01\n.").find("unsupported opcode (INT at byte 0)"), std::string::npos);
   EXPECT_NE(ErrorOf(B({0x97}) + ".").find("NEXT_BUFFER"), std::string::npos);
@@ -211,26 +233,41 @@ TEST(PickleReaderTest, MalformedInputsGiveEioWithOffset) {
   EXPECT_NE(ErrorOf("h\x07.").find("memo entry 7 is not set"), std::string::npos);
   EXPECT_NE(ErrorOf("q\x00."s).find("stack underflow (BINPUT"), std::string::npos);
   EXPECT_NE(ErrorOf("K\x01t.").find("no MARK"), std::string::npos);
-  EXPECT_NE(ErrorOf("(K\x01" "d.").find("odd number"), std::string::npos);
+  EXPECT_NE(ErrorOf("(K\x01"
+                    "d.")
+                .find("odd number"),
+            std::string::npos);
   EXPECT_NE(ErrorOf("}(K\x01u.").find("odd number"), std::string::npos);
   EXPECT_NE(ErrorOf("(K\x01u.").find("below MARK"), std::string::npos);
-  EXPECT_NE(ErrorOf("K\x01K\x02" "a.").find("APPEND to a non-list"), std::string::npos);
-  EXPECT_NE(ErrorOf("K\x01(K\x02" "e.").find("cannot add items to a int"), std::string::npos);
+  EXPECT_NE(ErrorOf("K\x01K\x02"
+                    "a.")
+                .find("APPEND to a non-list"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("K\x01(K\x02"
+                    "e.")
+                .find("cannot add items to a int"),
+            std::string::npos);
   EXPECT_NE(ErrorOf("]K\x01K\x02s.").find("SETITEM on a non-dict"), std::string::npos);
   EXPECT_NE(ErrorOf("}}b.").find("BUILD on a dict"), std::string::npos);
   EXPECT_NE(ErrorOf("K\x01)R.").find("cannot call a int"), std::string::npos);
   EXPECT_NE(ErrorOf("cm\nC\nK\x01R.").find("arguments are not a tuple"), std::string::npos);
   EXPECT_NE(ErrorOf("K\x01K\x02\x93.").find("not strings"), std::string::npos);
   EXPECT_NE(ErrorOf("cmodule_only\n").find("unterminated line"), std::string::npos);
-  EXPECT_NE(ErrorOf(B({0x95, 100, 0, 0, 0, 0, 0, 0, 0}) + "N.").find("frame of 100 bytes is truncated"),
+  EXPECT_NE(
+      ErrorOf(B({0x95, 100, 0, 0, 0, 0, 0, 0, 0}) + "N.").find("frame of 100 bytes is truncated"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf("X\xff\xff\xff\xff"
+                    "abc.")
+                .find("truncated: needs 4294967295 bytes"),
             std::string::npos);
-  EXPECT_NE(ErrorOf("X\xff\xff\xff\xff" "abc.").find("truncated: needs 4294967295 bytes"), std::string::npos);
-  EXPECT_NE(ErrorOf(B({0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}) + ".").find("truncated"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(B({0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}) + ".").find("truncated"),
+      std::string::npos);
   EXPECT_NE(ErrorOf("T\xff\xff\xff\xff.").find("negative length"), std::string::npos);
   EXPECT_NE(ErrorOf(B({0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1}) + ".").find("does not fit in int64"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(B({0x8b, 0xff, 0xff, 0xff, 0xff}) + ".").find("negative length"), std::string::npos);
+  EXPECT_NE(ErrorOf(B({0x8b, 0xff, 0xff, 0xff, 0xff}) + ".").find("negative length"),
+            std::string::npos);
   EXPECT_NE(ErrorOf("1.").find("no MARK"), std::string::npos);
 }
 
@@ -248,12 +285,33 @@ TEST(PickleReaderTest, LimitsAreEnforced) {
   PickleLimits input;
   input.max_input_bytes = 1;
   EXPECT_NE(ErrorOf("N.", input).find("larger than the limit"), std::string::npos);
+  PickleLimits nodes;
+  nodes.max_nodes = 3;
+  EXPECT_NE(ErrorOf("]]]].", nodes).find("more values than the limit"), std::string::npos);
+  EXPECT_TRUE(Unpickle("NNNNK\x01K\x01)))).", nodes).ok());  // shared immutable values
+}
+
+TEST(PickleReaderTest, RepeatedBuildsCannotAmplifyMemory) {
+  // An object BUILT again and again with the same memoized 1,000-entry dict.
+  std::string state = "}q\x01(";
+  for (int i = 0; i < 1000; ++i) state += "M" + B({i & 0xff, i >> 8}) + "N";
+  state += "u";
+  std::string data = "cm\nC\n)\x81" + state + "b";
+  for (int i = 0; i < 5000; ++i)
+    data +=
+        "h\x01"
+        "b";
+  EXPECT_NE(ErrorOf(data + ".").find("BUILD merges more state than the input holds"),
+            std::string::npos);
 }
 
 TEST(PickleReaderTest, CyclesAndDeepNestingAreSafe) {
   // A list appended to itself through the memo.
   PickleDocument keep = std::move(Unpickle("N.").value());
-  const PickleValue& cyc = Parse("]q\x00h\x00"s "a.", &keep);
+  const PickleValue& cyc = Parse(
+      "]q\x00h\x00"s
+      "a.",
+      &keep);
   EXPECT_EQ(cyc.items.at(0), &cyc);
   EXPECT_EQ(DescribePickleValue(cyc, 3), "[[[...]]]");
 

@@ -42,8 +42,8 @@ Status ParseTensor(const std::string& name, const json& entry, SafetensorsTensor
   }
   if (total_bits % 8 != 0) return Bad(where + " does not fill whole bytes");
   if (t->end - t->begin != total_bits / 8) {
-    return Bad(where + " holds " + std::to_string(t->end - t->begin) + " bytes, its dtype and shape need " +
-               std::to_string(total_bits / 8));
+    return Bad(where + " holds " + std::to_string(t->end - t->begin) +
+               " bytes, its dtype and shape need " + std::to_string(total_bits / 8));
   }
   return Status::Ok();
 }
@@ -68,9 +68,10 @@ Result<SafetensorsHeader> Parse(uint64_t header_length, std::string_view text) {
     CKPTFS_RETURN_IF_ERROR(ParseTensor(it.key(), *it, &t));
     h.tensors.push_back(std::move(t));
   }
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(h.tensors.begin(), h.tensors.end(),
+            [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
   uint64_t cursor = 0;
   for (const SafetensorsTensor& t : h.tensors) {
     if (t.begin != cursor) {
@@ -95,11 +96,10 @@ const SafetensorsTensor* SafetensorsHeader::Find(std::string_view name) const {
 
 std::optional<uint32_t> SafetensorsDtypeBits(std::string_view dtype) {
   static constexpr std::pair<std::string_view, uint32_t> kBits[] = {
-      {"BOOL", 8},        {"F4", 4},           {"F6_E2M3", 6},     {"F6_E3M2", 6},
-      {"U8", 8},          {"I8", 8},           {"F8_E5M2", 8},     {"F8_E4M3", 8},
-      {"F8_E8M0", 8},     {"F8_E4M3FNUZ", 8},  {"F8_E5M2FNUZ", 8}, {"I16", 16},
-      {"U16", 16},        {"F16", 16},         {"BF16", 16},       {"I32", 32},
-      {"U32", 32},        {"F32", 32},         {"C64", 64},        {"F64", 64},
+      {"BOOL", 8},        {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"U8", 8},
+      {"I8", 8},          {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8},
+      {"F8_E5M2FNUZ", 8}, {"I16", 16},    {"U16", 16},    {"F16", 16},    {"BF16", 16},
+      {"I32", 32},        {"U32", 32},    {"F32", 32},    {"C64", 64},    {"F64", 64},
       {"I64", 64},        {"U64", 64},
   };
   for (const auto& [code, bits] : kBits) {
@@ -111,7 +111,8 @@ std::optional<uint32_t> SafetensorsDtypeBits(std::string_view dtype) {
 Result<uint64_t> ParseSafetensorsHeaderLength(std::string_view prefix) {
   if (prefix.size() < 8) return Bad("file is shorter than the 8-byte header length");
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(prefix[static_cast<size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(prefix[static_cast<size_t>(i)]);
   if (n > kSafetensorsMaxHeaderBytes) {
     return Bad("header length " + std::to_string(n) + " exceeds the limit of " +
                std::to_string(kSafetensorsMaxHeaderBytes));
@@ -119,7 +120,8 @@ Result<uint64_t> ParseSafetensorsHeaderLength(std::string_view prefix) {
   return n;
 }
 
-Result<SafetensorsHeader> ParseSafetensorsHeader(uint64_t header_length, std::string_view json_text) {
+Result<SafetensorsHeader> ParseSafetensorsHeader(uint64_t header_length,
+                                                 std::string_view json_text) {
   if (json_text.size() != header_length) {
     return Bad("has " + std::to_string(json_text.size()) + " bytes, the length says " +
                std::to_string(header_length));

@@ -27,17 +27,17 @@ inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;           // the code, e.g. "F32", "BF16"
+  std::string dtype;  // the code, e.g. "F32", "BF16"
   std::vector<uint64_t> shape;
-  uint64_t begin = 0;          // data_offsets, relative to data_start()
-  uint64_t end = 0;            // exclusive
+  uint64_t begin = 0;  // data_offsets, relative to data_start()
+  uint64_t end = 0;    // exclusive
 };
 
 struct SafetensorsHeader {
-  uint64_t header_length = 0;  // N
-  std::vector<SafetensorsTensor> tensors;  // sorted by begin
+  uint64_t header_length = 0;                                 // N
+  std::vector<SafetensorsTensor> tensors;                     // sorted by begin
   std::vector<std::pair<std::string, std::string>> metadata;  // "__metadata__"
-  uint64_t data_size = 0;      // end of the last tensor = bytes after the header
+  uint64_t data_size = 0;  // end of the last tensor = bytes after the header
 
   uint64_t data_start() const { return 8 + header_length; }
   uint64_t file_size() const { return data_start() + data_size; }

@@ -18,8 +18,8 @@ using nlohmann::json;
 Completeness Make(Verdict v, std::string reason) { return Completeness{v, std::move(reason)}; }
 
 std::string Bytes(uint64_t have, uint64_t need, bool at_least) {
-  return " (" + std::to_string(have) + " of " + (at_least ? "at least " : "") + std::to_string(need) +
-         " bytes)";
+  return " (" + std::to_string(have) + " of " + (at_least ? "at least " : "") +
+         std::to_string(need) + " bytes)";
 }
 
 // Outcomes of the files of one check: the first broken file wins; otherwise
@@ -52,8 +52,8 @@ class Findings {
 Result<std::string> ReadWhole(const StepFiles& step, const std::string& path, uint64_t size,
                               uint64_t max_bytes) {
   if (size > max_bytes) {
-    return Status::Error(EFBIG, path + " is " + std::to_string(size) + " bytes, more than the limit of " +
-                                    std::to_string(max_bytes));
+    return Status::Error(EFBIG, path + " is " + std::to_string(size) +
+                                    " bytes, more than the limit of " + std::to_string(max_bytes));
   }
   Result<std::string> data = step.ReadFile(path, max_bytes);
   if (!data.ok()) return data.status().Annotate("cannot read " + path);
@@ -77,7 +77,8 @@ Completeness CheckDcp(const StepFiles& step, const std::string& dir) {
   Result<std::string> bytes = ReadWhole(step, meta_path, *meta_size, kMaxDcpMetadataBytes);
   if (!bytes.ok()) return Make(Verdict::kBroken, bytes.status().message());
   Result<DcpMetadata> meta = ParseDcpMetadata(*bytes, DcpParseOptions{.storage_only = true});
-  if (!meta.ok()) return Make(Verdict::kBroken, "cannot parse " + meta_path + ": " + meta.status().message());
+  if (!meta.ok())
+    return Make(Verdict::kBroken, "cannot parse " + meta_path + ": " + meta.status().message());
 
   std::map<std::string, uint64_t> needed;  // path -> bytes its items need
   for (const DcpStorageEntry& e : meta->storage) {
@@ -95,8 +96,9 @@ Completeness CheckDcp(const StepFiles& step, const std::string& dir) {
     }
   }
   if (findings.settled()) return findings.Verdict();
-  return Make(Verdict::kComplete, "DCP checkpoint " + meta_path + ": " + std::to_string(needed.size()) +
-                                      " files, " + std::to_string(meta->storage.size()) + " items");
+  return Make(Verdict::kComplete, "DCP checkpoint " + meta_path + ": " +
+                                      std::to_string(needed.size()) + " files, " +
+                                      std::to_string(meta->storage.size()) + " items");
 }
 
 // ---- OLMo-core safetensors format ------------------------------------------
@@ -115,7 +117,8 @@ Result<std::optional<uint64_t>> NumelOfRanges(const json& ranges) {
   if (ranges.is_null()) return std::optional<uint64_t>();
   if (!ranges.is_array()) return Status::Error(EIO, "flattened offsets are not a list");
   auto range_numel = [](const json& r, uint64_t* acc) {
-    if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() || !r[1].is_number_unsigned()) return false;
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() || !r[1].is_number_unsigned())
+      return false;
     uint64_t s = r[0].get<uint64_t>(), e = r[1].get<uint64_t>();
     return e >= s && AddTo(acc, e - s);
   };
@@ -139,7 +142,8 @@ Result<std::optional<uint64_t>> NumelOfSpec(const json& spec) {
   if (!ls->is_array()) return Status::Error(EIO, "local_shape is not a list");
   uint64_t n = 1;
   for (const json& d : *ls) {
-    if (!d.is_number_unsigned() || !MulTo(&n, d.get<uint64_t>())) return Status::Error(EIO, "bad local_shape");
+    if (!d.is_number_unsigned() || !MulTo(&n, d.get<uint64_t>()))
+      return Status::Error(EIO, "bad local_shape");
   }
   return std::optional<uint64_t>(n);
 }
@@ -168,23 +172,27 @@ void CheckSafetensorsFile(const StepFiles& step, const std::string& path,
   for (const ExpectedTensor& want : expected) {
     if (want.numel == uint64_t{0}) continue;  // an empty shard need not be stored
     const SafetensorsTensor* t = header->Find(want.key);
-    if (t == nullptr) return findings->Break(path + " lacks tensor '" + want.key + "' named in metadata.json");
+    if (t == nullptr)
+      return findings->Break(path + " lacks tensor '" + want.key + "' named in metadata.json");
     if (t->dtype != want.dtype) {
-      return findings->Break(path + " holds '" + want.key + "' as " + t->dtype + ", metadata.json says " +
-                             want.dtype);
+      return findings->Break(path + " holds '" + want.key + "' as " + t->dtype +
+                             ", metadata.json says " + want.dtype);
     }
     uint64_t numel = 1;
     for (uint64_t d : t->shape) numel *= d;  // fits: the header check bounded it by the file size
     if (want.numel && numel != *want.numel) {
-      return findings->Break(path + " holds " + std::to_string(numel) + " elements of '" + want.key +
-                             "', metadata.json says " + std::to_string(*want.numel));
+      return findings->Break(path + " holds " + std::to_string(numel) + " elements of '" +
+                             want.key + "', metadata.json says " + std::to_string(*want.numel));
     }
   }
 }
 
-Completeness CheckOlmoSafetensors(const StepFiles& step, const std::string& dir, const json& tensors) {
+Completeness CheckOlmoSafetensors(const StepFiles& step, const std::string& dir,
+                                  const json& tensors) {
   const std::string meta_path = dir + "metadata.json";
-  auto broken = [&](const std::string& why) { return Make(Verdict::kBroken, meta_path + ": " + why); };
+  auto broken = [&](const std::string& why) {
+    return Make(Verdict::kBroken, meta_path + ": " + why);
+  };
   if (!tensors.is_object()) return broken("\"tensors\" is not an object");
   std::map<std::string, std::vector<ExpectedTensor>> per_file;
   for (auto it = tensors.begin(); it != tensors.end(); ++it) {
@@ -196,7 +204,8 @@ Completeness CheckOlmoSafetensors(const StepFiles& step, const std::string& dir,
     if (specs == it->end() || specs->is_null()) specs = it->find("flattened_offsets_per_file");
     if (specs == it->end() || !specs->is_object()) return broken(where + " names no files");
     for (auto f = specs->begin(); f != specs->end(); ++f) {
-      if (!IsSafeRelativePath(f.key())) return broken(where + " names an unsafe path '" + f.key() + "'");
+      if (!IsSafeRelativePath(f.key()))
+        return broken(where + " names an unsafe path '" + f.key() + "'");
       Result<std::optional<uint64_t>> numel = NumelOfSpec(*f);
       if (!numel.ok()) return broken(where + " in " + f.key() + ": " + numel.status().message());
       per_file[f.key()].push_back(ExpectedTensor{it.key(), dtype->get<std::string>(), *numel});
@@ -223,9 +232,11 @@ Completeness CheckMetadataJson(const StepFiles& step, const std::string& dir, ui
   }
   if (auto backend = doc->find("sharded_backend"); backend != doc->end()) {
     if (*backend != "torch_dist") {
-      return Make(Verdict::kUnknownFormat, meta_path + ": unsupported Megatron backend " + backend->dump());
+      return Make(Verdict::kUnknownFormat,
+                  meta_path + ": unsupported Megatron backend " + backend->dump());
     }
-    if (!step.FileSize(dir + ".metadata")) return Make(Verdict::kWaiting, "waiting for " + dir + ".metadata");
+    if (!step.FileSize(dir + ".metadata"))
+      return Make(Verdict::kWaiting, "waiting for " + dir + ".metadata");
     return CheckDcp(step, dir);
   }
   return Make(Verdict::kUnknownFormat, meta_path + " is neither OLMo-core's nor Megatron's");
@@ -241,7 +252,8 @@ Completeness CheckOlmoTrainer(const StepFiles& step, uint64_t size) {
   }
   Completeness dcp = CheckDcp(step, "model_and_optim/");
   if (dcp.verdict != Verdict::kComplete) return dcp;
-  if (!step.FileSize("train/rank0.pt")) return Make(Verdict::kWaiting, "waiting for train/rank0.pt");
+  if (!step.FileSize("train/rank0.pt"))
+    return Make(Verdict::kWaiting, "waiting for train/rank0.pt");
   return Make(Verdict::kComplete, "OLMo-core trainer checkpoint; " + dcp.reason);
 }
 
@@ -273,8 +285,10 @@ std::optional<Completeness> CheckOlmoModelAndOptim(const StepFiles& step) {
 
 Completeness Check(const StepFiles& step) {
   if (step.FileSize(".metadata")) return CheckDcp(step, "");
-  if (std::optional<uint64_t> size = step.FileSize(".metadata.json")) return CheckOlmoTrainer(step, *size);
-  if (std::optional<uint64_t> size = step.FileSize("metadata.json")) return CheckMetadataJson(step, "", *size);
+  if (std::optional<uint64_t> size = step.FileSize(".metadata.json"))
+    return CheckOlmoTrainer(step, *size);
+  if (std::optional<uint64_t> size = step.FileSize("metadata.json"))
+    return CheckMetadataJson(step, "", *size);
   if (std::optional<Completeness> c = CheckOlmoModelAndOptim(step)) return *c;
   if (step.FileSize("model_and_optim/.metadata")) return CheckDcp(step, "model_and_optim/");
   return Make(Verdict::kUnknownFormat, "no known checkpoint metadata");

@@ -57,7 +57,8 @@ namespace ckptfs {
 class StepFiles {
  public:
   virtual ~StepFiles() = default;
-  virtual std::optional<uint64_t> FileSize(const std::string& rel_path) const = 0;  // nullopt = absent
+  virtual std::optional<uint64_t> FileSize(
+      const std::string& rel_path) const = 0;  // nullopt = absent
   // The whole file; may fail when it is larger than max_bytes.
   virtual Result<std::string> ReadFile(const std::string& rel_path, uint64_t max_bytes) const = 0;
   // Exactly `length` bytes at `offset`, or an error.

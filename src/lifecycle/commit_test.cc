@@ -40,7 +40,9 @@ uint64_t WriteFile(FileSystem& fs, uint64_t parent, const std::string& name, con
   uint64_t ino = 0;
   FileHandle* fh = CreateOpen(fs, parent, name, &ino);
   if (!fh) return 0;
-  if (!data.empty()) EXPECT_TRUE(fs.Write(fh, data.data(), data.size(), 0).ok());
+  if (!data.empty()) {
+    EXPECT_TRUE(fs.Write(fh, data.data(), data.size(), 0).ok());
+  }
   EXPECT_TRUE(fs.Release(fh).ok());
   return ino;
 }
@@ -81,11 +83,11 @@ TEST(CommitTest, MarkerCloseCommitsAndSealsAndMovesLatest) {
   env.DrainCommits();
   EXPECT_EQ(StateOf(fs, step), "writing");  // no marker yet
   EXPECT_EQ(fs.Lookup(run, "latest").err(), ENOENT);
-  WriteFile(fs, step, ".metadata", "meta");  // unknown format: committed without a check
+  WriteFile(fs, step, "metadata.json", "{}");  // unknown format: committed without a check
   env.DrainCommits();
   EXPECT_EQ(StateOf(fs, step), "committed");
   EXPECT_EQ(*fs.GetXattr(step, "user.ckptfs.files"), "2");
-  EXPECT_EQ(*fs.GetXattr(step, "user.ckptfs.bytes"), "16");
+  EXPECT_EQ(*fs.GetXattr(step, "user.ckptfs.bytes"), "14");
   auto latest = fs.Lookup(run, "latest");
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*fs.Readlink(latest->ino), "step100");
@@ -106,14 +108,16 @@ TEST(CommitTest, MarkerCloseCommitsAndSealsAndMovesLatest) {
   // The newest committed step wins; an older commit does not move latest back.
   const uint64_t s200 = Mkdir(fs, run, "step200");
   const uint64_t s150 = Mkdir(fs, run, "step150");
-  WriteFile(fs, s200, ".metadata", "m");
+  WriteFile(fs, s200, "metadata.json", "{}");
   env.DrainCommits();
-  WriteFile(fs, s150, ".metadata", "m");
+  WriteFile(fs, s150, "metadata.json", "{}");
   env.DrainCommits();
   EXPECT_EQ(StateOf(fs, s150), "committed");
   EXPECT_EQ(*fs.Readlink(fs.Lookup(run, "latest")->ino), "step200");
   bool seen = false;
-  for (const auto& e : *fs.Readdir(run, 0, 100)) seen |= e.name == "latest";
+  auto listing = fs.Readdir(run, 0, 100);
+  ASSERT_TRUE(listing.ok());
+  for (const auto& e : *listing) seen |= e.name == "latest";
   EXPECT_TRUE(seen);
   EXPECT_NE(env.events.Render().find("\"event\":\"commit\""), std::string::npos);
 }
@@ -122,7 +126,7 @@ TEST(CommitTest, RealLatestFileWins) {
   FsEnv env;
   auto& fs = env.fs();
   const uint64_t step = Mkdir(fs, kRootIno, "global_step5");
-  WriteFile(fs, step, ".metadata", "m");
+  WriteFile(fs, step, "metadata.json", "{}");
   env.DrainCommits();
   ASSERT_TRUE(fs.Lookup(kRootIno, "latest").ok());
   EXPECT_EQ(fs.Unlink(kRootIno, "latest").err(), EPERM);
@@ -152,7 +156,7 @@ TEST(CommitTest, CommitWaitsForWritersThenTheLastCloseCommits) {
   auto& fs = env.fs();
   const uint64_t step = Mkdir(fs, kRootIno, "step1");
   FileHandle* straggler = CreateOpen(fs, step, "rank3");
-  WriteFile(fs, step, ".metadata", "m");
+  WriteFile(fs, step, "metadata.json", "{}");
   env.DrainCommits();
   EXPECT_EQ(StateOf(fs, step), "writing");
   EXPECT_NE(fs.GetXattr(step, "user.ckptfs.error")->find("open for writing"), std::string::npos);
@@ -208,7 +212,7 @@ TEST(CommitTest, CustomPatternAndMarkers) {
   FsEnv env(options);
   auto& fs = env.fs();
   const uint64_t step = Mkdir(fs, kRootIno, "epoch=4");
-  WriteFile(fs, step, ".metadata", "m");
+  WriteFile(fs, step, "metadata.json", "{}");
   env.DrainCommits();
   EXPECT_EQ(StateOf(fs, step), "writing");
   WriteFile(fs, step, "DONE", "");
@@ -265,7 +269,7 @@ TEST(CrashTest, WritingStepsBecomeIncompleteAndCommittedOnesSurvive) {
   const uint64_t run = Mkdir(env.fs(), kRootIno, "run");
   const uint64_t done = Mkdir(env.fs(), run, "step1");
   const uint64_t f = WriteFile(env.fs(), done, "w", "committed bytes");
-  WriteFile(env.fs(), done, ".metadata", "m");
+  WriteFile(env.fs(), done, "metadata.json", "{}");
   env.DrainCommits();
   ASSERT_EQ(StateOf(env.fs(), done), "committed");
   const uint64_t busy = Mkdir(env.fs(), run, "step2");
@@ -292,6 +296,7 @@ TEST(CrashTest, RandomHistoriesNeverLoseCommittedSteps) {
     std::mt19937 rng(seed);
     FsEnv env;
     const uint64_t run = Mkdir(env.fs(), kRootIno, "run");
+    ASSERT_TRUE(env.fs().FsyncDir().ok());
     std::map<uint64_t, std::map<std::string, std::string>> committed;  // step -> files
     std::map<uint64_t, std::map<std::string, std::string>> pending;
     int next_step = 1;
@@ -338,7 +343,9 @@ TEST(CrashTest, RandomHistoriesNeverLoseCommittedSteps) {
           const std::string st = StateOf(fs2, step);
           ASSERT_NE(st, "committed");
           // Present as incomplete, or gone when its creation was never synced.
-          if (fs2.GetAttr(step).ok()) ASSERT_EQ(st, "incomplete");
+          if (fs2.GetAttr(step).ok()) {
+            ASSERT_EQ(st, "incomplete");
+          }
         }
         // Unsynced data of incomplete steps may be gone: leave them alone.
         pending.clear();

@@ -58,7 +58,8 @@ def _wait_pid_gone(pid, timeout):
 
 def daemon_pids_for(mnt):
     """Pids of running processes whose command line names CKPTFS_BIN's basename and `mnt`."""
-    mnt = os.path.realpath(mnt)
+    # Never touch the mount here (no realpath/stat): it may be hung.
+    mnt = os.path.normpath(mnt)
     base = os.path.basename(CKPTFS_BIN)
     found = []
     for d in os.listdir("/proc"):
@@ -71,15 +72,16 @@ def daemon_pids_for(mnt):
             continue
         if not argv or os.path.basename(argv[0]) != base:
             continue
-        if any(os.path.realpath(a) == mnt for a in argv[1:] if a.startswith("/") or a == mnt):
+        if any(os.path.normpath(a) == mnt for a in argv[1:]):
             if _pid_alive(int(d)):
                 found.append(int(d))
     return found
 
 
 def mounted_in_proc(mnt):
-    """True if /proc/mounts has an entry for mnt (works even when the mount is dead)."""
-    mnt = os.path.realpath(mnt)
+    """True if /proc/mounts has an entry for mnt (works even when the mount is dead or hung:
+    it never touches the mount itself)."""
+    mnt = os.path.normpath(mnt)
     try:
         with open("/proc/mounts") as f:
             for line in f:
@@ -91,21 +93,26 @@ def mounted_in_proc(mnt):
     return False
 
 
-def force_unmount(mnt, tries=10):
-    """Unmount `mnt` by any means: fusermount3 -u (a few tries), then umount -l."""
+def _quiet(cmd, timeout=30):
+    try:
+        return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def force_unmount(mnt, tries=5):
+    """Unmount `mnt` by any means: fusermount3 -u (a few tries), then a lazy unmount."""
     for i in range(tries):
         if not mounted_in_proc(mnt):
             return True
-        subprocess.run(["fusermount3", "-u", mnt], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=30)
+        _quiet(["fusermount3", "-u", mnt])
         if not mounted_in_proc(mnt):
             return True
         time.sleep(0.1 * (i + 1))
-    subprocess.run(["fusermount3", "-u", "-z", mnt], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=30)
+    _quiet(["fusermount3", "-u", "-z", mnt])
     if mounted_in_proc(mnt):
-        subprocess.run(["umount", "-l", mnt], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=30)
+        _quiet(["umount", "-l", mnt])
     return not mounted_in_proc(mnt)
 
 
@@ -178,7 +185,8 @@ class CkptfsMount:
     """One ckptfs mount: a private base dir with mnt/ and cache/."""
 
     def __init__(self, args=(), foreground=False, base=None):
-        self.base = base or tempfile.mkdtemp(prefix="ckptfs-it-", dir="/tmp")
+        # realpath once, here: later code must never stat paths on a possibly hung mount
+        self.base = os.path.realpath(base or tempfile.mkdtemp(prefix="ckptfs-it-", dir="/tmp"))
         os.chmod(self.base, 0o755)   # other uids must be able to reach mnt/
         self.mnt = os.path.join(self.base, "mnt")
         self.cache = os.path.join(self.base, "cache")
@@ -310,12 +318,13 @@ class CkptfsMount:
 
     def abort(self):
         """Watchdog: kill the daemon so that blocked FUSE requests fail with ENOTCONN."""
-        for pid in {self.pid, *daemon_pids_for(self.mnt)}:
-            if pid and _pid_alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        for pids in ([self.pid], daemon_pids_for(self.mnt)):
+            for pid in pids:
+                if pid and _pid_alive(pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
 
     def close(self):
         """Teardown: never leave a mount or a daemon behind."""

@@ -3,7 +3,7 @@
 save / load driver used by test_torch_dcp.py.
 
 Usage:
-    dcp_save.py save DIR [--world-size N]
+    dcp_save.py save DIR [--world-size N] [--single-file-per-rank]
     dcp_save.py load DIR [--world-size N]
 
 ``save`` spawns N gloo ranks; each rank builds the same deterministic state dict
@@ -129,14 +129,14 @@ def check_state_dict(sd):
     return errors
 
 
-def _worker(rank, world, port, mode, path, errq):
+def _worker(rank, world, port, mode, path, errq, single_file):
     try:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(port)
         dist.init_process_group("gloo", rank=rank, world_size=world)
         if mode == "save":
             sd = build_state_dict(world, fill=True)
-            dcp.save_state_dict(sd, dcp.FileSystemWriter(path))
+            dcp.save_state_dict(sd, dcp.FileSystemWriter(path, single_file_per_rank=single_file))
         else:
             sd = build_state_dict(world, fill=False)
             dcp.load_state_dict(sd, dcp.FileSystemReader(path))
@@ -163,12 +163,13 @@ def main(argv):
     ap.add_argument("mode", choices=["save", "load"])
     ap.add_argument("path")
     ap.add_argument("--world-size", type=int, default=4)
+    ap.add_argument("--single-file-per-rank", action="store_true")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     ctx = mp.get_context("spawn")
     errq = ctx.SimpleQueue()
     try:
-        mp.spawn(_worker, args=(a.world_size, free_port(), a.mode, a.path, errq),
+        mp.spawn(_worker, args=(a.world_size, free_port(), a.mode, a.path, errq, a.single_file_per_rank),
                  nprocs=a.world_size, join=True)
     except Exception as e:  # ProcessRaisedException etc.
         msgs = []

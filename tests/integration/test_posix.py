@@ -636,6 +636,14 @@ def test_user_xattrs(ckptfs):
     assert n == -1 and ctypes.get_errno() == errno.ERANGE
 
 
+def test_non_user_xattr_namespaces(ckptfs):
+    p = ckptfs.path("f")
+    write_file(p, b"x")
+    expect_errno(errno.EOPNOTSUPP, os.setxattr, p, "trusted.foo", b"1")
+    expect_errno(errno.ENODATA, os.getxattr, p, "trusted.foo")
+    assert not [n for n in os.listxattr(p) if not n.startswith("user.")]
+
+
 def test_large_xattr_value(ckptfs):
     p = ckptfs.path("f")
     write_file(p, b"")
