@@ -290,7 +290,8 @@ TEST(RocksDbManifestStoreTest, SecondOpenInThisProcessIsBusy) {
   Result<std::unique_ptr<ManifestStore>> second = OpenRocksDbManifestStore(path);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.err(), EBUSY) << second.status().ToString();
-  EXPECT_NE(second.status().message().find("manifest " + path + " is in use"), std::string::npos);
+  EXPECT_NE(second.status().message().find("manifest " + path + " is in use by this process"),
+            std::string::npos);
   // The failed open must not disturb the first one.
   ManifestBatch batch;
   batch.Put(KeySpace::kInodes, "k", "v");
@@ -313,6 +314,8 @@ TEST(RocksDbManifestStoreTest, LockHeldByAnotherProcessIsBusy) {
   if (child == 0) {
     // Only async-signal-safe calls here: RocksDB threads exist in the parent.
     // RocksDB locks with fcntl(F_SETLK), so take the same kind of lock.
+    ::close(ready[0]);
+    ::close(release[1]);  // or the read below would never see end of file
     const int fd = ::open(lock_path.c_str(), O_RDWR);
     struct flock fl{};
     fl.l_type = F_WRLCK;

@@ -101,7 +101,8 @@ TEST(RecordsTest, InodeEqualityComparesEveryField) {
 }
 
 TEST(RecordsTest, DentryRoundTrip) {
-  for (const DentryRecord rec : {DentryRecord{5, 1}, DentryRecord{kMax64, kMax64}, DentryRecord{}}) {
+  for (const DentryRecord rec :
+       {DentryRecord{5, 1}, DentryRecord{kMax64, kMax64}, DentryRecord{}}) {
     Result<DentryRecord> back = DecodeDentry(EncodeDentry(rec));
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, rec);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <filesystem>
 
 namespace ckptfs {
 
@@ -106,6 +107,11 @@ struct RocksDbManifestStore::Rep {
 };
 
 Result<std::unique_ptr<RocksDbManifestStore>> RocksDbManifestStore::Open(const std::string& dir) {
+  // RocksDB creates the directory itself but not its parents.
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::FromErrno(ec.value(), "create manifest directory " + dir);
+
   const rocksdb::DBOptions db_options = MakeDbOptions();
   const rocksdb::ColumnFamilyOptions cf_options = MakeColumnFamilyOptions();
 
@@ -130,11 +136,17 @@ Result<std::unique_ptr<RocksDbManifestStore>> RocksDbManifestStore::Open(const s
   const rocksdb::Status s = rocksdb::DB::Open(db_options, dir, descriptors, &rep->handles, &db);
   if (!s.ok()) {
     // RocksDB reports a held LOCK as an IOError naming the LOCK file: "While
-    // lock file: <dir>/LOCK: Resource temporarily unavailable" from another
-    // process, "lock hold by current process" from this one.
-    if (s.IsIOError() && s.ToString().find("/LOCK") != std::string::npos) {
-      return Status::Error(EBUSY, "manifest " + dir + " is in use by another process (" +
-                                      s.ToString() + ")");
+    // lock file: <dir>/LOCK: Resource temporarily unavailable" when another
+    // process holds it, "lock hold by current process" when this one does.
+    const std::string msg = s.ToString();
+    if (s.IsIOError() && msg.find("/LOCK") != std::string::npos) {
+      if (msg.find("While lock file") != std::string::npos) {
+        return Status::Error(EBUSY,
+                             "manifest " + dir + " is in use by another process (" + msg + ")");
+      }
+      if (msg.find("lock hold by current process") != std::string::npos) {
+        return Status::Error(EBUSY, "manifest " + dir + " is in use by this process (" + msg + ")");
+      }
     }
     return ToStatus(s, "open manifest " + dir);
   }

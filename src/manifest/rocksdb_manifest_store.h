@@ -23,7 +23,8 @@ namespace ckptfs {
 
 class RocksDbManifestStore final : public ManifestStore {
  public:
-  // Opens (creating if missing) the database in dir. EBUSY when another
+  // Opens (creating if missing, with its parents) the database in dir.
+  // EBUSY when another
   // process, or another store in this process, has it open.
   static Result<std::unique_ptr<RocksDbManifestStore>> Open(const std::string& dir);
 
