@@ -34,7 +34,7 @@ class Findings {
   }
   bool settled() const { return !broken_.empty() || waiting_ > 0; }
   // Only when settled().
-  Completeness Verdict() const {
+  Completeness Outcome() const {
     if (!broken_.empty()) return Make(Verdict::kBroken, broken_);
     std::string reason = first_waiting_;
     if (waiting_ > 1) {
@@ -95,7 +95,7 @@ Completeness CheckDcp(const StepFiles& step, const std::string& dir) {
       findings.Wait("waiting for " + path + Bytes(*size, need, false));
     }
   }
-  if (findings.settled()) return findings.Verdict();
+  if (findings.settled()) return findings.Outcome();
   return Make(Verdict::kComplete, "DCP checkpoint " + meta_path + ": " +
                                       std::to_string(needed.size()) + " files, " +
                                       std::to_string(meta->storage.size()) + " items");
@@ -215,7 +215,7 @@ Completeness CheckOlmoSafetensors(const StepFiles& step, const std::string& dir,
   for (const auto& [file, expected] : per_file) {
     CheckSafetensorsFile(step, dir + file, expected, &findings);
   }
-  if (findings.settled()) return findings.Verdict();
+  if (findings.settled()) return findings.Outcome();
   return Make(Verdict::kComplete, "OLMo-core safetensors checkpoint " + meta_path + ": " +
                                       std::to_string(per_file.size()) + " files, " +
                                       std::to_string(tensors.size()) + " tensors");

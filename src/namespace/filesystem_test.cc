@@ -181,7 +181,9 @@ TEST(FileSystemTest, ReaddirOffsetsStayStableWhileEntriesChange) {
     off = more->back().next_offset;
   }
   for (int i = 0; i < 300; ++i) {
-    if (i % 3 != 0) EXPECT_TRUE(seen.count("f" + std::to_string(i))) << i;
+    if (i % 3 != 0) {
+      EXPECT_TRUE(seen.count("f" + std::to_string(i))) << i;
+    }
   }
 }
 
