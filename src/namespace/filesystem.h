@@ -245,6 +245,11 @@ class FileSystem {
   struct stat StatOf(const Inode& inode) const;
   Status CheckName(const std::string& name) const;
   Status CheckWritableDir(Inode* dir) const;
+  // The checks every operation that adds an entry makes: a real, writable
+  // directory outside committed steps, a valid name that is not taken.
+  // Waits while the step is committing (see WaitUntilNotCommitting).
+  Result<Inode*> PrepareNewEntry(std::unique_lock<std::mutex>& lock, uint64_t parent,
+                                 const std::string& name);
   // The step directory containing ino (itself included), or 0.
   uint64_t StepOf(uint64_t ino);
   bool InsideStep(uint64_t dir_ino) { return StepOf(dir_ino) != 0; }

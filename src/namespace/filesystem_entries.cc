@@ -13,6 +13,20 @@ constexpr size_t kSymlinkMax = 4095;
 
 }  // namespace
 
+Result<Inode*> FileSystem::PrepareNewEntry(std::unique_lock<std::mutex>& lock, uint64_t parent,
+                                           const std::string& name) {
+  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  WaitUntilNotCommitting(lock, parent);
+  auto dir = FindDir(parent);
+  if (!dir.ok()) return dir.status();
+  CKPTFS_RETURN_IF_ERROR(CheckName(name));
+  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
+  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
+    return Status::Error(EEXIST, name + " exists");
+  }
+  return dir;
+}
+
 Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (IsVirtual(parent)) return LookupVirtual(parent, name);
@@ -39,15 +53,8 @@ void FileSystem::Forget(uint64_t ino, uint64_t nlookup) {
 Result<Entry> FileSystem::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
                                 uint32_t mode) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
-  WaitUntilNotCommitting(lock, parent);
-  auto dir = FindDir(parent);
+  auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
-  CKPTFS_RETURN_IF_ERROR(CheckName(name));
-  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
-  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
-    return Status::Error(EEXIST, name + " exists");
-  }
   ManifestBatch batch;
   auto inode = NewInode(c, parent, name, S_IFDIR | (mode & 07777), &batch);
   if (!inode.ok()) return inode.status();
@@ -66,15 +73,8 @@ Result<Entry> FileSystem::Mknod(const Caller& c, uint64_t parent, const std::str
     return Status::Error(EPERM, "device nodes are not supported");
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
-  WaitUntilNotCommitting(lock, parent);
-  auto dir = FindDir(parent);
+  auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
-  CKPTFS_RETURN_IF_ERROR(CheckName(name));
-  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
-  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
-    return Status::Error(EEXIST, name + " exists");
-  }
   ManifestBatch batch;
   auto inode = NewInode(c, parent, name, mode, &batch);
   if (!inode.ok()) return inode.status();
@@ -89,15 +89,8 @@ Result<Entry> FileSystem::Symlink(const Caller& c, uint64_t parent, const std::s
   if (target.empty()) return Status::Error(ENOENT, "empty symlink target");
   if (target.size() > kSymlinkMax) return Status::Error(ENAMETOOLONG, "symlink target too long");
   std::unique_lock<std::mutex> lock(mu_);
-  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
-  WaitUntilNotCommitting(lock, parent);
-  auto dir = FindDir(parent);
+  auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
-  CKPTFS_RETURN_IF_ERROR(CheckName(name));
-  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
-  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
-    return Status::Error(EEXIST, name + " exists");
-  }
   ManifestBatch batch;
   auto inode = NewInode(c, parent, name, S_IFLNK | 0777, &batch);
   if (!inode.ok()) return inode.status();
@@ -113,18 +106,11 @@ Result<Entry> FileSystem::Symlink(const Caller& c, uint64_t parent, const std::s
 Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name) {
   std::unique_lock<std::mutex> lock(mu_);
   if (IsVirtual(ino)) return NotPermittedVirtual();
-  if (IsVirtual(new_parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
-  WaitUntilNotCommitting(lock, new_parent);
+  auto dir = PrepareNewEntry(lock, new_parent, new_name);
+  if (!dir.ok()) return dir.status();
   Inode* inode = Find(ino);
   if (!inode || inode->rec.nlink == 0) return Status::Error(ENOENT, "no such file");
   if (inode->is_dir()) return Status::Error(EPERM, "hard links to directories are not allowed");
-  auto dir = FindDir(new_parent);
-  if (!dir.ok()) return dir.status();
-  CKPTFS_RETURN_IF_ERROR(CheckName(new_name));
-  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
-  if (HasRealChild(*dir, new_name) || (new_parent == kRootIno && new_name == kControlDirName)) {
-    return Status::Error(EEXIST, new_name + " exists");
-  }
   if (inode->rec.nlink >= 65000) return Status::Error(EMLINK, "too many links");
   ManifestBatch batch;
   inode->rec.nlink++;

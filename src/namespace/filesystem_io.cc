@@ -57,15 +57,8 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
                                                                 const std::string& name,
                                                                 uint32_t mode, int flags) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
-  WaitUntilNotCommitting(lock, parent);
-  auto dir = FindDir(parent);
+  auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
-  CKPTFS_RETURN_IF_ERROR(CheckName(name));
-  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
-  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
-    return Status::Error(EEXIST, name + " exists");
-  }
   ManifestBatch batch;
   auto inode = NewInode(c, parent, name, S_IFREG | (mode & 07777), &batch);
   if (!inode.ok()) return inode.status();
