@@ -84,6 +84,7 @@ CommitCoordinator::~CommitCoordinator() {
     stopping_ = true;
   }
   queue_cv_.notify_all();
+  stop_cv_.notify_all();
   if (worker_.joinable()) worker_.join();
   if (idle_.joinable()) idle_.join();
 }
@@ -128,7 +129,7 @@ void CommitCoordinator::WorkerLoop() {
 void CommitCoordinator::IdleLoop() {
   std::unique_lock<std::mutex> lock(queue_mu_);
   while (!stopping_) {
-    queue_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });
+    stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });
     if (stopping_) return;
     lock.unlock();
     fs_->RequestIdleCommits();

@@ -49,7 +49,8 @@ class CommitCoordinator {
 
   FileSystem* const fs_;
   std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
+  std::condition_variable queue_cv_;  // the worker waits here for requests
+  std::condition_variable stop_cv_;   // the idle thread sleeps here between scans
   std::deque<uint64_t> queue_;    // GUARDED_BY(queue_mu_)
   std::set<uint64_t> queued_;     // GUARDED_BY(queue_mu_)
   bool stopping_ = false;         // GUARDED_BY(queue_mu_)

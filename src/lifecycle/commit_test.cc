@@ -189,6 +189,22 @@ TEST(CommitTest, ExplicitCommitWaitsForTheOutcome) {
   ASSERT_TRUE(fs.Release(open_writer).ok());
 }
 
+TEST(CommitTest, EveryRequestReachesTheWorkerThread) {
+  // Regression: the idle thread once shared the worker's condition variable
+  // and could swallow the wake-up of a commit request, which then slept.
+  FileSystemOptions options;
+  options.commit_wait_ns = 3'000'000'000;
+  FsEnv env(options);
+  CommitCoordinator coordinator(&env.fs());
+  auto& fs = env.fs();
+  for (int i = 1; i <= 30; ++i) {
+    const uint64_t step = Mkdir(fs, kRootIno, "step" + std::to_string(i));
+    WriteFile(fs, step, "a", "1");
+    Status st = fs.CommitAndWait(step);
+    ASSERT_TRUE(st.ok()) << "commit " << i << ": " << st.ToString();
+  }
+}
+
 TEST(CommitTest, IdleCommit) {
   FileSystemOptions options;
   options.commit_idle_ns = 30'000'000'000;

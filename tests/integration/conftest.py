@@ -10,6 +10,7 @@ past its time limit, so a hung FUSE request fails the test (ENOTCONN) instead of
 the whole run.  Mark a test with @pytest.mark.timeout_s(N) to change its limit.
 """
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,20 @@ from ckptfs_testlib import (  # noqa: F401
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "timeout_s(n): per-test watchdog limit in seconds")
+
+    # A pytest killed with SIGTERM/SIGHUP (CI timeout, Ctrl-C'ed wrapper) runs no atexit
+    # handlers: kill our daemons and unmount before dying.
+    def on_signal(sig, frame):
+        with _ALL_LOCK:
+            mounts = list(_ALL_MOUNTS)
+        for m in mounts:
+            m.abort()
+        _cleanup_all()
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
 
 
 def pytest_sessionfinish(session, exitstatus):
