@@ -3,6 +3,9 @@
 #include <fuse_lowlevel.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
+
 #include <string>
 #include <vector>
 
@@ -60,7 +63,11 @@ int Daemon::Run() {
   fuse_loop_cfg_set_max_threads(cfg, 16);
   const int rc = fuse_session_loop_mt(session_, cfg);
   fuse_loop_cfg_destroy(cfg);
-  return rc == 0 ? 0 : 1;
+  // libfuse reports the signal that ended the loop; SIGTERM, SIGINT and
+  // SIGHUP are the clean ways to stop a daemon.
+  const bool clean = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP;
+  if (!clean) std::fprintf(stderr, "ckptfs: the FUSE session ended with error %d\n", rc);
+  return clean ? 0 : 1;
 }
 
 Daemon::~Daemon() {

@@ -10,6 +10,7 @@
 
 #include "cli/daemon.h"
 #include "cli/mount_options.h"
+#include "cli/mount_table.h"
 
 namespace ckptfs {
 namespace {
@@ -97,6 +98,16 @@ int Commit(int argc, char** argv) {
   int rc = 0;
   for (int i = 1; i < argc; ++i) {
     const char* path = argv[i];
+    if (access(path, F_OK) != 0) {
+      rc = 1;
+      Fail(std::string(path) + ": " + std::strerror(errno));
+      continue;
+    }
+    if (FsTypeOf(path) != "fuse.ckptfs") {
+      rc = 1;
+      Fail(std::string(path) + ": not on a ckptfs mount");
+      continue;
+    }
     if (setxattr(path, "user.ckptfs.commit", "1", 1, 0) == 0) {
       std::printf("%s: committed\n", path);
       continue;

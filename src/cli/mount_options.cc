@@ -1,5 +1,7 @@
 #include "cli/mount_options.h"
 
+#include "cli/mount_table.h"
+
 #include <fcntl.h>
 #include <getopt.h>
 #include <sys/stat.h>
@@ -49,23 +51,8 @@ Result<std::string> AbsolutePath(const std::string& path) {
 }
 
 bool IsMountPoint(const std::string& path) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string id, parent, devno, root, mnt;
-    fields >> id >> parent >> devno >> root >> mnt;
-    // mountinfo escapes spaces and the like as \040 octal sequences.
-    std::string decoded;
-    for (size_t i = 0; i < mnt.size(); ++i) {
-      if (mnt[i] == '\\' && i + 3 < mnt.size() + 0 && i + 3 <= mnt.size()) {
-        decoded.push_back(static_cast<char>(std::stoi(mnt.substr(i + 1, 3), nullptr, 8)));
-        i += 3;
-      } else {
-        decoded.push_back(mnt[i]);
-      }
-    }
-    if (decoded == path) return true;
+  for (const MountEntry& m : ReadMountTable()) {
+    if (m.mountpoint == path) return true;
   }
   return false;
 }

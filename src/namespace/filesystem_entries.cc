@@ -28,6 +28,7 @@ Result<Inode*> FileSystem::PrepareNewEntry(std::unique_lock<std::mutex>& lock, u
 }
 
 Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
+  if (name.size() > 255) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
   std::lock_guard<std::mutex> lock(mu_);
   if (IsVirtual(parent)) return LookupVirtual(parent, name);
   auto dir = FindDir(parent);

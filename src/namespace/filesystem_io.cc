@@ -26,7 +26,10 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
     return Opened{fh.release(), false, true};
   }
   if (IsVirtual(ino)) return Status::Error(EISDIR, "not a regular file");
-  const bool write = WantsWrite(flags);
+  // libfuse negotiates atomic O_TRUNC: the kernel sends O_TRUNC with the open
+  // instead of a separate truncate, and Linux truncates even O_RDONLY opens.
+  const bool truncate = (flags & O_TRUNC) != 0;
+  const bool write = WantsWrite(flags) || truncate;
   if (write) WaitUntilNotCommitting(lock, ino);
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
@@ -41,12 +44,18 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
   // A backing file lost in a crash before it was synced reads as empty.
   auto file = data_->Open(ino, /*create=*/!inode->rec.sealed);
   if (!file.ok()) return file.status().Annotate("opening backing file");
+  if (truncate && inode->rec.size > 0) {
+    CKPTFS_RETURN_IF_ERROR((*file)->Truncate(0));
+    inode->rec.size = 0;
+    inode->rec.mtime = inode->rec.ctime = clock_->Now();
+    inode->dirty = true;
+  }
   auto fh = std::make_unique<FileHandle>();
   fh->ino = ino;
-  fh->writable = write;
+  fh->writable = WantsWrite(flags);
   fh->file = std::move(file).value();
   inode->open_handles++;
-  if (write) {
+  if (fh->writable) {
     inode->open_writers++;
     NoteActivity(ino);
   }

@@ -4,6 +4,7 @@ remount the same cache.  Committed steps must be byte-identical, uncommitted ste
 import hashlib
 import json
 import os
+import struct
 import subprocess
 import time
 
@@ -123,15 +124,29 @@ def test_kill9_mid_write(ckptfs, outside_dir):
     assert m.latest("run1") == "step100"
 
 
-def _big_files(base_block, tag, n, size):
-    """n distinct files of `size` bytes each, derived from one random block."""
-    files = {}
+def _safetensors(name, raw):
+    header = json.dumps({name: {"dtype": "F32", "shape": [len(raw) // 4],
+                                "data_offsets": [0, len(raw)]}}).encode()
+    header += b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(header)) + header + raw
+
+
+def _big_olmo_step(base_block, tag, n, size):
+    """An OLMo-core safetensors-format checkpoint (spec section 3: a format the commit
+    checks): n files rank_<i>.safetensors of ~`size` bytes holding the shards of one
+    F32 tensor "w", and the metadata.json marker that names them."""
+    files, spec = {}, {}
+    numel = size // 4
     for i in range(n):
         rot = (i * 4099 + tag * 131) % len(base_block)
         data = bytearray(base_block[rot:] + base_block[:rot])
         data[:16] = hashlib.md5(f"{tag}/{i}".encode()).digest()
-        files[f"__{i}_0.distcp"] = bytes(data[:size])
-    return files
+        files[f"rank_{i}.safetensors"] = _safetensors("w", bytes(data[:numel * 4]))
+        spec[f"rank_{i}.safetensors"] = {"flattened_offsets": [[i * numel, (i + 1) * numel]],
+                                         "local_shape": None, "global_offset": None}
+    meta = {"tensors": {"w": {"shape": [n * numel], "is_sharded": True, "dtype": "F32",
+                              "shard_spec_per_file": spec}}}
+    return files, json.dumps(meta).encode()
 
 
 @pytest.mark.timeout_s(600)
@@ -145,17 +160,18 @@ def test_kill9_mid_commit(ckptfs, trigger):
     for it, delay in enumerate([0.0, 0.005, 0.03, 0.1, 0.3, 0.8]):
         step = 1000 + it
         rel = f"run1/step{step}"
-        files = _big_files(block, step, 3, size)
+        files, meta = _big_olmo_step(block, step, 3, size)
         sums = {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}
+        total = sum(len(x) for x in files.values())
         d = m.path(rel)
         os.makedirs(d)
         for n, data in files.items():
             write_file(os.path.join(d, n), data)
         cli = None
         if trigger == "marker":
-            meta = json.dumps({"ephemeral": None, "version": "2.0.0"}).encode()
-            write_file(os.path.join(d, ".metadata.json"), meta)
-            sums[".metadata.json"] = hashlib.sha256(meta).hexdigest()
+            write_file(os.path.join(d, "metadata.json"), meta)
+            sums["metadata.json"] = hashlib.sha256(meta).hexdigest()
+            total += len(meta)
         else:
             cli = subprocess.Popen([CKPTFS_BIN, "commit", d], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE)
@@ -181,8 +197,7 @@ def test_kill9_mid_commit(ckptfs, trigger):
         if state == "committed":
             got = {n: sha256_file(os.path.join(d, n)) for n in sums}
             assert got == sums, f"delay {delay}: committed with wrong bytes"
-            assert m.xattr(rel, "user.ckptfs.bytes") == str(3 * size + (
-                len(read_file(os.path.join(d, ".metadata.json"))) if trigger == "marker" else 0))
+            assert m.xattr(rel, "user.ckptfs.bytes") == str(total)
             assert m.xattr(rel, "user.ckptfs.files") == str(len(sums))
             assert m.latest("run1") == f"step{step}"
         else:

@@ -138,7 +138,26 @@ def test_custom_step_pattern(make_ckptfs):
 
 # --------------------------------------------------------------------------- commit triggers
 
-def test_marker_commit_metadata_json(ckptfs):
+def test_marker_commit_olmo_core_trainer_layout(ckptfs, dcp_reference):
+    """OLMo-core trainer: train/rank*.pt, model_and_optim/ (DCP), config.json, and
+    .metadata.json written last by rank 0."""
+    d = ckptfs.path("run1", "step100")
+    os.makedirs(os.path.join(d, "train"))
+    write_file(os.path.join(d, "train", "rank0.pt"), os.urandom(5000))
+    write_file(os.path.join(d, "train", "rank1.pt"), os.urandom(5000))
+    shutil.copytree(dcp_reference, os.path.join(d, "model_and_optim"))
+    write_file(os.path.join(d, "config.json"), b'{"model": "tiny"}')
+    time.sleep(0.5)
+    assert ckptfs.state("run1/step100") == "writing"
+    write_file(os.path.join(d, ".metadata.json"), b'{"ephemeral": null, "version": "2.0.0"}')
+    ckptfs.wait_state("run1/step100", "committed", timeout=30)
+    assert ckptfs.latest("run1") == "step100"
+    assert tree_digest(os.path.join(d, "model_and_optim")) == tree_digest(dcp_reference)
+
+
+def test_marker_commit_metadata_json_plain_step(ckptfs):
+    """`.metadata.json` is a default marker (spec section 3): closing it in a step that
+    holds plain files commits the step."""
     t0 = time.time()
     written = make_step(ckptfs, "run1/step100", marker=".metadata.json")
     ckptfs.wait_state("run1/step100", "committed", timeout=30)
@@ -213,27 +232,30 @@ def test_marker_only_directly_inside_step(ckptfs):
 
 def test_custom_commit_marker_replaces_defaults(make_ckptfs):
     m = make_ckptfs("--commit-marker", "DONE", "--commit-marker", "_SUCCESS")
-    make_step(m, "run/step100", {"a": b"a"}, marker=".metadata.json")
-    time.sleep(1.0)
-    assert m.state("run/step100") == "writing"
-    write_file(m.path("run", "step100", "DONE"), b"")
+    # a complete OLMo-core safetensors step that commits under the default markers
+    files, meta = olmo_safetensors_step_files()
+    make_step(m, "run/step300", files, marker="metadata.json", marker_data=meta)
+    make_step(m, "run/step100", {"a": b"a"}, marker="DONE", marker_data=b"")
     m.wait_state("run/step100", "committed")
     make_step(m, "run/step200", {"a": b"a"}, marker="_SUCCESS", marker_data=b"")
     m.wait_state("run/step200", "committed")
     assert m.latest("run") == "step200"
+    assert m.state("run/step300") == "writing", "metadata.json is no longer a marker"
 
 
 @pytest.mark.parametrize("tmp,final", [("step100-tmp", "step100"),
                                        ("tmp-checkpoint-100", "checkpoint-100")])
 def test_rename_commit(ckptfs, tmp, final):
     """OLMo-core / Hugging Face: write into a temporary dir, rename it into a step name."""
-    written = make_step(ckptfs, f"run1/{tmp}", marker=".metadata.json")
+    written = make_step(ckptfs, f"run1/{tmp}", {"model.safetensors": os.urandom(200_000),
+                                                  "optimizer.pt": os.urandom(100_000),
+                                                  "trainer_state.json": b'{"global_step": 100}'})
     assert ckptfs.state(f"run1/{tmp}") is None
     os.rename(ckptfs.path("run1", tmp), ckptfs.path("run1", final))
     ckptfs.wait_state(f"run1/{final}", "committed", timeout=30)
     assert ckptfs.latest("run1") == final
     assert_contents(ckptfs, f"run1/{final}", written)
-    assert read_file(ckptfs.path("run1", "latest", "model.pt")) == written["model.pt"]
+    assert read_file(ckptfs.path("run1", "latest", "optimizer.pt")) == written["optimizer.pt"]
     assert not os.path.exists(ckptfs.path("run1", tmp))
 
 
@@ -451,8 +473,8 @@ def test_real_latest_file_wins(ckptfs):
 
 def test_status_json(ckptfs):
     t0 = time.time()
-    written = make_step(ckptfs, "run1/step100", marker=".metadata.json")
-    ckptfs.wait_state("run1/step100", "committed")
+    written = make_step(ckptfs, "run1/step100")
+    commit_ok(ckptfs, "run1/step100")
     make_step(ckptfs, "run1/step200", {"a": b"abc"})
     make_step(ckptfs, "step7", {"a": b"abc"})
     st = ckptfs.status()
@@ -477,7 +499,8 @@ def test_status_json(ckptfs):
 
 def test_events(ckptfs):
     t0 = time.time()
-    make_step(ckptfs, "run1/step100", marker=".metadata.json")
+    files, meta = olmo_safetensors_step_files()
+    make_step(ckptfs, "run1/step100", files, marker="metadata.json", marker_data=meta)
     ckptfs.wait_state("run1/step100", "committed")
     ev = ckptfs.events()
     commits = [e for e in ev if e.get("event") == "commit" and e.get("path") == "run1/step100"]
