@@ -122,6 +122,19 @@ TEST(CommitTest, MarkerCloseCommitsAndSealsAndMovesLatest) {
   EXPECT_NE(env.events.Render().find("\"event\":\"commit\""), std::string::npos);
 }
 
+TEST(CommitTest, MarkerRenamedIntoPlaceCommits) {
+  // torch DCP writes .metadata.tmp, fsyncs it and renames it to .metadata.
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step5");
+  WriteFile(fs, step, "metadata.json.tmp", "{}");
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "writing");
+  ASSERT_TRUE(fs.Rename(step, "metadata.json.tmp", step, "metadata.json", 0).ok());
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "committed");
+}
+
 TEST(CommitTest, RealLatestFileWins) {
   FsEnv env;
   auto& fs = env.fs();

@@ -323,6 +323,11 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   if (dst && !(flags & RENAME_EXCHANGE)) MaybeEvict(dst->rec.ino);
   if (commit_src) RequestCommitLocked(src->rec.ino);
   if (commit_dst) RequestCommitLocked(dst->rec.ino);
+  // A marker renamed into place commits too: DCP writes .metadata.tmp and
+  // renames it to .metadata.
+  if (!src->is_dir() && IsMarkerName(new_name) && steps_.count(new_parent) && src->open_writers == 0) {
+    RequestCommitLocked(new_parent);
+  }
   return Status::Ok();
 }
 

@@ -34,17 +34,25 @@ _ALL_LOCK = threading.Lock()
 # ----------------------------------------------------------------------------- helpers
 
 def _pid_alive(pid):
-    """True while `pid` exists and is not a zombie."""
+    """True while any thread of `pid` is not a zombie.  The thread-group leader
+    can be a zombie while another thread (say, one inside fsync) still runs
+    and holds the process's files and locks, so every task is checked."""
     if not pid:
         return False
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
+        tasks = os.listdir(f"/proc/{pid}/task")
     except (FileNotFoundError, ProcessLookupError):
         return False
-    # the state letter follows the ")" closing the command name
-    state = stat[stat.rfind(")") + 2:].split()[0]
-    return state not in ("Z", "X")
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        # the state letter follows the ")" closing the command name
+        if stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def _wait_pid_gone(pid, timeout):

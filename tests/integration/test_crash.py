@@ -157,7 +157,7 @@ def test_kill9_mid_commit(ckptfs, trigger):
     size = 64 << 20
     block = os.urandom(size)
     outcomes = []
-    for it, delay in enumerate([0.0, 0.005, 0.03, 0.1, 0.3, 0.8]):
+    for it, delay in enumerate([0.0, 0.005, 0.02, 0.04, 0.06, 0.08, 0.12, 0.3, 0.8]):
         step = 1000 + it
         rel = f"run1/step{step}"
         files, meta = _big_olmo_step(block, step, 3, size)
