@@ -369,12 +369,15 @@ class CkptfsMount:
                 if self in _ALL_MOUNTS:
                     _ALL_MOUNTS.remove(self)
 
-    def daemon_log(self, tail=4000):
-        try:
-            with open(self.log_path, "rb") as f:
-                data = f.read().decode(errors="replace")
-        except OSError:
-            data = ""
+    def daemon_log(self, tail=6000):
+        """Mount commands run, the foreground daemon's output and <cache>/ckptfs.log."""
+        data = ""
+        for path in (self.log_path, os.path.join(self.cache, "ckptfs.log")):
+            try:
+                with open(path, "rb") as f:
+                    data += f"[{path}]\n" + f.read()[-tail:].decode(errors="replace") + "\n"
+            except OSError:
+                pass
         return ("\n".join(self.history) + "\n" + data)[-tail:]
 
     # -- ckptfs views
