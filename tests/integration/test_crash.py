@@ -115,6 +115,14 @@ def test_kill9_mid_write(ckptfs, outside_dir):
         assert sha256_file(m.path("run1", "step200", name)) == digest, \
             f"{name} was closed before the crash but its bytes changed"
     assert read_file(m.path("run3", "step10", "a.bin")) == b"abandoned" * 1000
+    for rel in ("run1/step200", "run3/step10"):
+        assert m.xattr(rel, "user.ckptfs.error"), f"{rel}: incomplete without a reason"
+    assert not os.path.lexists(m.path("run3", "latest"))
+    # once the user has checked the files, an explicit commit still works
+    r = m.commit("run3/step10")
+    assert r.returncode == 0, r.stderr
+    assert m.state("run3/step10") == "committed"
+    assert m.latest("run3") == "step10"
     st = {s["path"]: s for s in m.status()["steps"]}
     assert st["run1/step200"]["state"] == "incomplete"
     assert st["run1/step100"]["state"] == "committed"

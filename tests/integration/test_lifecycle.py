@@ -157,9 +157,11 @@ def test_marker_commit_olmo_core_trainer_layout(ckptfs, dcp_reference):
 
 def test_marker_commit_metadata_json_plain_step(ckptfs):
     """`.metadata.json` is a default marker (spec section 3): closing it in a step that
-    holds plain files commits the step."""
+    holds plain files commits the step.  (Its content is not OLMo-core's
+    CheckpointMetadata, which would make the step wait for model_and_optim/: see
+    test_olmo_trainer_metadata_json_waits_for_model_and_optim.)"""
     t0 = time.time()
-    written = make_step(ckptfs, "run1/step100", marker=".metadata.json")
+    written = make_step(ckptfs, "run1/step100", marker=".metadata.json", marker_data=b'{"saved_by": "my trainer"}')
     ckptfs.wait_state("run1/step100", "committed", timeout=30)
     t1 = time.time()
     assert ckptfs.latest("run1") == "step100"
@@ -169,6 +171,28 @@ def test_marker_commit_metadata_json_plain_step(ckptfs):
     ts = float(ckptfs.xattr("run1/step100", "user.ckptfs.committed_at"))
     assert t0 - 1 <= ts <= t1 + 1
     assert ckptfs.xattr("run1/step100", "user.ckptfs.error") in (None, "")
+
+
+def test_olmo_trainer_metadata_json_waits_for_model_and_optim(ckptfs):
+    """OLMo-core's trainer writes .metadata.json ({"ephemeral", "version"}) last; a step
+    whose model_and_optim/ DCP is not there yet is not complete (cp -r in any order)."""
+    make_step(ckptfs, "run1/step100", {"train/rank0.pt": b"t" * 100}, marker=".metadata.json")
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        assert ckptfs.state("run1/step100") == "writing"
+        time.sleep(0.2)
+    assert "model_and_optim/.metadata" in ckptfs.xattr("run1/step100", "user.ckptfs.error")
+    shared = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
+                          "testdata", "dcp", "torch-1.13", "ckpt113")
+    if not os.path.isdir(shared):
+        pytest.skip(f"shared testdata not found at {shared}")
+    os.makedirs(ckptfs.path("run1", "step100", "model_and_optim"))
+    for name in sorted(os.listdir(shared), key=lambda n: n == ".metadata"):  # .metadata last
+        if os.path.isfile(os.path.join(shared, name)):
+            write_file(ckptfs.path("run1", "step100", "model_and_optim", name),
+                       read_file(os.path.join(shared, name)))
+    ckptfs.wait_state("run1/step100", "committed", timeout=30)
+    assert ckptfs.latest("run1") == "step100"
 
 
 def test_marker_commit_olmo_safetensors_metadata_json(ckptfs):
@@ -220,6 +244,11 @@ def test_unparseable_dcp_metadata_is_broken(ckptfs):
     assert ckptfs.latest("run1") == "step100"
     ev = [e for e in ckptfs.events() if e.get("path") == "run1/step200"]
     assert any(e["event"] == "broken" for e in ev), ev
+    # an explicit commit of a broken step fails with a message
+    r = ckptfs.commit("run1/step200")
+    assert r.returncode != 0 and r.stderr.strip(), (r.returncode, r.stderr)
+    assert ckptfs.state("run1/step200") == "broken"
+    assert ckptfs.latest("run1") == "step100"
 
 
 def test_marker_only_directly_inside_step(ckptfs):
@@ -484,7 +513,12 @@ def test_status_json(ckptfs):
     v = run_cli("--version")
     assert v.returncode == 0 and st["version"] in v.stdout + v.stderr
     assert os.path.realpath(st["mountpoint"]) == os.path.realpath(ckptfs.mnt)
-    assert os.path.realpath(st["cache"]) == os.path.realpath(ckptfs.cache)
+    cache = st["cache"]
+    assert isinstance(cache, dict), f"status.json cache must describe the cache, got {cache!r}"
+    assert os.path.realpath(cache["dir"]) == os.path.realpath(ckptfs.cache)
+    disk = os.statvfs(ckptfs.cache)
+    assert cache["bytes_total"] == disk.f_blocks * disk.f_frsize
+    assert 0 < cache["bytes_free"] <= cache["bytes_total"]
     steps = {s["path"]: s for s in st["steps"]}
     s100 = steps["run1/step100"]
     assert s100["step"] == 100 and s100["state"] == "committed"

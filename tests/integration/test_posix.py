@@ -831,3 +831,8 @@ def test_control_dir_is_read_only(ckptfs):
     expect_errno((errno.EROFS, errno.EACCES, errno.EPERM, errno.EBUSY), os.rename,
                  ctl, ckptfs.path("renamed"))
     json.loads(read_file(os.path.join(ctl, "status.json")))
+    # moving into or out of the control directory is a cross-device move
+    write_file(ckptfs.path("f"), b"x")
+    expect_errno(errno.EXDEV, os.rename, ckptfs.path("f"), os.path.join(ctl, "f"))
+    expect_errno(errno.EXDEV, os.rename, os.path.join(ctl, "events"), ckptfs.path("ev"))
+    assert read_file(ckptfs.path("f")) == b"x"
