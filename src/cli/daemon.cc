@@ -49,6 +49,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
     return Status::Error(EIO, "mounting " + options.mountpoint + " failed (see the message above)");
   }
   d->mounted_ = true;
+  // Steps the daemon prunes by itself must vanish from the kernel's dentry
+  // cache. Called from the coordinator's thread, never inside a request.
+  fuse_session* se = d->session_;
+  d->fs_->SetInvalidateEntry([se](uint64_t parent, const std::string& name) {
+    (void)fuse_lowlevel_notify_inval_entry(se, parent, name.c_str(), name.size());
+  });
   d->events_->Append({{"event", "mount"},
                       {"mountpoint", options.mountpoint},
                       {"cache", options.cache_dir},
@@ -71,6 +77,9 @@ int Daemon::Run() {
 }
 
 Daemon::~Daemon() {
+  // The coordinator first: its threads use the session for invalidations.
+  coordinator_.reset();
+  if (fs_) fs_->SetInvalidateEntry(nullptr);
   if (session_) {
     if (mounted_) fuse_session_unmount(session_);
     if (signals_set_) fuse_remove_signal_handlers(session_);

@@ -6,7 +6,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/daemon.h"
 #include "cli/mount_options.h"
@@ -18,6 +21,7 @@ namespace {
 const char* const kUsage =
     "usage: ckptfs mount MOUNTPOINT [--cache DIR] [--foreground] [options]\n"
     "       ckptfs commit STEP_DIR...\n"
+    "       ckptfs retention --dry-run RUN_DIR\n"
     "       ckptfs --help | --version\n"
     "\n"
     "A FUSE filesystem for training checkpoints: steps land on local disk and are\n"
@@ -126,6 +130,41 @@ int Commit(int argc, char** argv) {
   return rc;
 }
 
+// `ckptfs retention --dry-run RUN_DIR`: what retention would keep and remove
+// now, and why, read from the daemon through a computed xattr.
+int Retention(int argc, char** argv) {
+  const char* usage = "usage: ckptfs retention --dry-run RUN_DIR";
+  if (argc != 3 || std::string(argv[1]) != "--dry-run") return Fail(usage);
+  const char* path = argv[2];
+  if (access(path, F_OK) != 0) return Fail(std::string(path) + ": " + std::strerror(errno));
+  if (FsTypeOf(path) != "fuse.ckptfs") return Fail(std::string(path) + ": not on a ckptfs mount");
+  std::string plan(1 << 16, '\0');
+  for (;;) {
+    const ssize_t n = getxattr(path, "user.ckptfs.retention_plan", plan.data(), plan.size());
+    if (n >= 0) {
+      plan.resize(static_cast<size_t>(n));
+      break;
+    }
+    if (errno != ERANGE) return Fail(std::string(path) + ": " + std::strerror(errno));
+    plan.resize(plan.size() * 4);
+  }
+  std::printf("%-10s %-24s %-11s %-7s %s\n", "STEP", "NAME", "STATE", "ACTION", "REASON");
+  std::istringstream lines(plan);
+  std::string line;
+  size_t rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) return Fail("unreadable plan line: " + line);
+    std::printf("%-10lld %-24s %-11s %-7s %s\n", static_cast<long long>(j.value("step", 0LL)),
+                j.value("name", "").c_str(), j.value("state", "").c_str(),
+                j.value("keep", true) ? "keep" : "remove", j.value("reason", "").c_str());
+    ++rows;
+  }
+  if (rows == 0) std::printf("(no checkpoint steps in %s)\n", path);
+  return 0;
+}
+
 }  // namespace
 }  // namespace ckptfs
 
@@ -146,6 +185,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "mount") return Mount(argc - 1, argv + 1);
   if (cmd == "commit") return Commit(argc - 1, argv + 1);
+  if (cmd == "retention") return Retention(argc - 1, argv + 1);
   std::fprintf(stderr, "ckptfs: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

@@ -27,7 +27,17 @@ const char* const kMountUsage =
     "                         defaults .metadata, .metadata.json, metadata.json\n"
     "  --commit-idle SECONDS  commit a step after SECONDS without writes or open files\n"
     "  --commit-wait SECONDS  how long a commit waits for open files to close (default 600)\n"
-    "  -o OPTIONS             FUSE mount options (comma-separated), e.g. -o allow_other\n";
+    "  -o OPTIONS             FUSE mount options (comma-separated), e.g. -o allow_other\n"
+    "\n"
+    "retention defaults for every run directory (override per run with\n"
+    "setfattr -n user.ckptfs.keep_last -v 3 RUN_DIR; default: keep everything):\n"
+    "  --keep-last N          keep the N newest committed steps\n"
+    "  --keep-every K         steps divisible by K are permanent\n"
+    "  --keep-steps A,B,C     these steps are permanent\n"
+    "  --ephemeral-every E    steps divisible by E go once a newer step commits\n"
+    "  --keep-interval DUR    keep one step per DUR of commit time (90s, 30m, 6h, 2d)\n"
+    "  --keep-best N          keep the N best steps by user.ckptfs.score\n"
+    "  --score-mode min|max   which scores are best (default min)\n";
 
 namespace {
 
@@ -60,7 +70,7 @@ bool IsMountPoint(const std::string& path) {
 }  // namespace
 
 Result<MountOptions> ParseMountArgs(int argc, char** argv) {
-  enum { kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait };
+  enum { kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
       {"foreground", no_argument, nullptr, 'f'},
@@ -68,6 +78,13 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"commit-marker", required_argument, nullptr, kCommitMarker},
       {"commit-idle", required_argument, nullptr, kCommitIdle},
       {"commit-wait", required_argument, nullptr, kCommitWait},
+      {"keep-last", required_argument, nullptr, kRetentionRule},
+      {"keep-every", required_argument, nullptr, kRetentionRule},
+      {"keep-steps", required_argument, nullptr, kRetentionRule},
+      {"ephemeral-every", required_argument, nullptr, kRetentionRule},
+      {"keep-interval", required_argument, nullptr, kRetentionRule},
+      {"keep-best", required_argument, nullptr, kRetentionRule},
+      {"score-mode", required_argument, nullptr, kRetentionRule},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -76,8 +93,17 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   optind = 1;
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":fho:", kLong, nullptr)) != -1) {
+  int long_index = -1;
+  while ((c = getopt_long(argc, argv, ":fho:", kLong, &long_index)) != -1) {
     switch (c) {
+      case kRetentionRule: {
+        // --keep-last 3 is the rule keep_last (SPEC section 5).
+        std::string rule = kLong[long_index].name;
+        for (char& ch : rule) ch = ch == '-' ? '_' : ch;
+        Status st = SetPolicyRule(rule, optarg, &o.fs.retention);
+        if (!st.ok()) return Status::Error(EINVAL, "--" + std::string(kLong[long_index].name) + ": " + st.message());
+        break;
+      }
       case kCache:
         o.cache_dir = optarg;
         break;

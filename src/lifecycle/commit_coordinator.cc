@@ -1,5 +1,6 @@
 #include "lifecycle/commit_coordinator.h"
 
+#include <cstdio>
 #include <unordered_map>
 
 #include "formats/step_completeness.h"
@@ -100,6 +101,7 @@ void CommitCoordinator::Request(uint64_t step_ino) {
 
 void CommitCoordinator::DrainForTest() {
   for (;;) {
+    fs_->FlushInvalidations();
     uint64_t step;
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
@@ -122,6 +124,7 @@ void CommitCoordinator::WorkerLoop() {
     queued_.erase(step);
     lock.unlock();
     Commit(step);
+    fs_->FlushInvalidations();  // steps the commit's retention removed
     lock.lock();
   }
 }
@@ -133,6 +136,10 @@ void CommitCoordinator::IdleLoop() {
     if (stopping_) return;
     lock.unlock();
     fs_->RequestIdleCommits();
+    // Data of removed steps is deleted here, in the background, a bounded
+    // amount per tick so a huge prune never starves the idle commits.
+    auto collected = fs_->CollectGarbage(4096);
+    if (!collected.ok()) std::fprintf(stderr, "ckptfs: garbage collection: %s\n", collected.status().ToString().c_str());
     lock.lock();
   }
 }

@@ -23,6 +23,7 @@ enum class KeySpace : int {
   kDentries,   // (parent ino, name) -> DentryRecord
   kXattrs,     // (ino, name) -> value
   kSteps,      // step directory ino -> StepRecord
+  kGc,         // ino -> "" : backing files of removed steps still to delete
   kCount,
 };
 

@@ -279,7 +279,7 @@ TEST(RocksDbManifestStoreTest, OneColumnFamilyPerKeySpace) {
   ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &families).ok());
   std::sort(families.begin(), families.end());
   EXPECT_EQ(families,
-            (std::vector<std::string>{"default", "dentries", "inodes", "steps", "xattrs"}));
+            (std::vector<std::string>{"default", "dentries", "gc", "inodes", "steps", "xattrs"}));
 }
 
 TEST(RocksDbManifestStoreTest, SecondOpenInThisProcessIsBusy) {

@@ -24,6 +24,8 @@ const char* KeySpaceName(KeySpace space) {
       return "xattrs";
     case KeySpace::kSteps:
       return "steps";
+    case KeySpace::kGc:
+      return "gc";
     case KeySpace::kCount:
       break;
   }

@@ -40,6 +40,7 @@
 #include "lifecycle/step_pattern.h"
 #include "manifest/manifest_store.h"
 #include "namespace/inode.h"
+#include "retention/retention_planner.h"
 
 namespace ckptfs {
 
@@ -53,6 +54,9 @@ struct FileSystemOptions {
   // Kernel cache timeouts for ordinary entries and attributes.
   double entry_timeout = 1.0;
   double attr_timeout = 1.0;
+  // Retention defaults for every run directory (--keep-last ...); run
+  // directories override rules with user.ckptfs.<rule> xattrs.
+  RetentionPolicy retention;
   // Shown in status.json.
   std::string mountpoint;
   std::string cache_dir;
@@ -220,6 +224,20 @@ class FileSystem {
   // commit_idle with no file open for writing.
   void RequestIdleCommits();
 
+  // Retention (filesystem_retention.cc).
+  // The plan for a run directory without applying it (ckptfs retention --dry-run).
+  Result<std::vector<StepDecision>> PlanRetentionFor(uint64_t run_ino);
+  // Deletes up to max backing files of removed steps queued in the manifest's
+  // GC key space; returns how many were deleted. Runs on the coordinator's
+  // idle thread, so removal never waits for data deletion.
+  Result<size_t> CollectGarbage(size_t max);
+  // Kernel cache invalidation for entries the daemon removed by itself
+  // (pruned steps): fn(parent, name) is called outside mu_ by
+  // FlushInvalidations, from a thread that is not serving a FUSE request.
+  using InvalidateEntryFn = std::function<void(uint64_t parent, const std::string& name)>;
+  void SetInvalidateEntry(InvalidateEntryFn fn);
+  void FlushInvalidations();
+
   const FileSystemOptions& options() const { return options_; }
 
  private:
@@ -287,6 +305,18 @@ class FileSystem {
   // recovers from the manifest.
   Status CheckHealthy() const;
 
+  // Retention helpers (filesystem_retention.cc); REQUIRES: mu_ held.
+  RetentionPolicy PolicyOf(Inode* run);
+  std::vector<StepDecision> PlanLocked(Inode* run);
+  // Applies the run's plan: removed steps leave the namespace in `batch`.
+  void ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch);
+  // Takes a step directory and everything below it out of the namespace;
+  // closed files' data is queued for GC in the same batch, open files
+  // become orphans that Release deletes.
+  void RemoveStepLocked(uint64_t step_ino, const std::string& reason, ManifestBatch* batch);
+  void RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch);
+  Status ValidateXattr(Inode* inode, const std::string& name, const std::string& value);
+
   // Virtual nodes (filesystem_virtual.cc).
   bool IsVirtual(uint64_t ino) const { return (ino & (kVirtualBit | kLatestBit)) != 0; }
   static Status NotPermittedVirtual() {
@@ -313,6 +343,8 @@ class FileSystem {
   uint64_t next_ino_ = 2;                                        // GUARDED_BY(mu_)
   CommitRequester request_commit_;
   Status bg_error_;  // GUARDED_BY(mu_)
+  InvalidateEntryFn invalidate_entry_;
+  std::vector<std::pair<uint64_t, std::string>> pending_invalidations_;  // GUARDED_BY(mu_)
   uint64_t fsyncdir_seq_ = 0;  // GUARDED_BY(mu_)
 };
 

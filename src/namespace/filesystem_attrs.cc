@@ -4,12 +4,17 @@
 #include "namespace/file_handle.h"
 #include "namespace/filesystem.h"
 
+#include <nlohmann/json.hpp>
+
 namespace ckptfs {
 
 namespace {
 constexpr const char* kUserPrefix = "user.";
 constexpr const char* kCommitXattr = "user.ckptfs.commit";
 constexpr size_t kMaxXattrsPerInode = 1024;
+// Read-only, computed on demand, not listed: the retention plan of a run
+// directory as JSON lines (what `ckptfs retention --dry-run` prints).
+constexpr const char* kPlanXattr = "user.ckptfs.retention_plan";
 
 bool IsStepXattrName(const std::string& name) {
   static const char* kNames[] = {"user.ckptfs.state", "user.ckptfs.step", "user.ckptfs.bytes",
@@ -76,6 +81,19 @@ Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) 
   if (!Find(ino)) return Status::Error(ENOENT, "no such inode");
   if (auto v = StepXattr(ino, name)) return *v;
   Inode* inode = Find(ino);
+  if (name == kPlanXattr && inode->is_dir()) {
+    std::string out;
+    for (const StepDecision& d : PlanLocked(inode)) {
+      auto step = steps_.find(d.id);
+      nlohmann::json line = {{"step", d.step},
+                             {"name", Find(d.id) ? Find(d.id)->name : ""},
+                             {"state", step != steps_.end() ? StepStateName(step->second.state) : ""},
+                             {"keep", d.keep},
+                             {"reason", d.reason}};
+      out += line.dump() + "\n";
+    }
+    return out;
+  }
   auto it = inode->xattrs.find(name);
   // ENODATA, never ENOTSUP: the kernel would stop asking for any xattr.
   if (it == inode->xattrs.end()) return Status::Error(ENODATA, "no such attribute");
@@ -112,7 +130,8 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
-  if (IsStepXattrName(name)) return Status::Error(EPERM, name + " is maintained by ckptfs");
+  if (IsStepXattrName(name) || name == kPlanXattr) return Status::Error(EPERM, name + " is maintained by ckptfs");
+  CKPTFS_RETURN_IF_ERROR(ValidateXattr(inode, name, value));
   const bool exists = inode->xattrs.count(name) != 0;
   if ((flags & XATTR_CREATE) && exists) return Status::Error(EEXIST, name + " exists");
   if ((flags & XATTR_REPLACE) && !exists) return Status::Error(ENODATA, name + " does not exist");

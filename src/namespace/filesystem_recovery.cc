@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 
 #include "namespace/filesystem.h"
 
@@ -108,12 +109,19 @@ Status FileSystem::Recover() {
 
   // Backing files: remove those no inode owns (created just before a crash);
   // unsealed files take the size their data actually reached.
+  // Data of pruned steps waits in the GC queue: the background GC deletes it,
+  // so that a mount after a big prune does not wait for the deletion.
+  std::set<uint64_t> queued_for_gc;
+  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kGc, "", [&](std::string_view k, std::string_view) {
+    if (auto ino = DecodeInoKey(k); ino.ok()) queued_for_gc.insert(*ino);
+    return true;
+  }));
   auto listed = data_->List();
   if (!listed.ok()) return listed.status();
   for (uint64_t ino : *listed) {
     next_ino_ = std::max(next_ino_, ino + 1);
     Inode* inode = Find(ino);
-    if (!inode || !inode->is_reg()) (void)data_->Remove(ino);
+    if ((!inode || !inode->is_reg()) && !queued_for_gc.count(ino)) (void)data_->Remove(ino);
   }
   for (auto& [ino, inode] : inodes_) {
     if (!inode->is_reg()) continue;
@@ -155,6 +163,12 @@ Status FileSystem::Recover() {
   }
   const int64_t mono = clock_->MonotonicNanos();
   for (auto& [ino, rec] : steps_) step_runtime_[ino].last_activity = mono;
+
+  // Retention runs at mount too (SPEC section 5), in the same batch.
+  std::set<uint64_t> runs;
+  for (const auto& [ino, rec] : steps_) runs.insert(Find(ino)->rec.parent);
+  for (uint64_t run : runs) ApplyRetentionLocked(run, &batch);
+  pending_invalidations_.clear();  // nothing is mounted yet
 
   CKPTFS_RETURN_IF_ERROR(Apply(batch, /*sync=*/true));
   // Removals of orphans' data only after the manifest forgot them.

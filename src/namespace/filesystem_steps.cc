@@ -218,32 +218,49 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   rec.bytes = 0;
   rec.files = 0;
   rec.error.clear();
-  std::vector<Inode*> sealed;
+  // Inode numbers, not pointers: retention below may evict inodes.
+  std::vector<uint64_t> sealed;
   for (const auto& file : plan.files) {
     Inode* inode = Find(file.ino);
     if (!inode || inode->rec.nlink == 0) continue;
     rec.bytes += inode->rec.size;
     rec.files++;
-    if (!inode->rec.sealed) sealed.push_back(inode);
-  }
-  for (Inode* inode : sealed) {
-    inode->rec.sealed = true;
-    PutInode(*inode, &batch);
+    if (!inode->rec.sealed) {
+      inode->rec.sealed = true;
+      PutInode(*inode, &batch);
+      sealed.push_back(file.ino);
+    }
   }
   batch.Put(KeySpace::kSteps, InoKey(plan.step_ino), EncodeStep(rec));
+  // Retention decides with the step counted as committed, and its removals
+  // join the same batch: the decision is atomic with the commit. (If the
+  // batch fails, bg_error_ stops every later change; the manifest still has
+  // the state before the commit.)
+  const StepRecord before = it->second;
+  it->second = rec;
+  rt.committing = false;
+  const std::string path = PathOfLocked(plan.step_ino);
+  if (Inode* step_dir = Find(plan.step_ino)) ApplyRetentionLocked(step_dir->rec.parent, &batch);
   // The one synced batch: before it the step is not committed, after it it is.
   Status st = Apply(batch, /*sync=*/true);
-  rt.committing = false;
-  rt.outcome_gen++;
+  if (auto rt_it = step_runtime_.find(plan.step_ino); rt_it != step_runtime_.end()) {
+    rt_it->second.outcome_gen++;
+    if (st.ok()) rt_it->second.commit_wanted = false;
+  }
   step_cv_.notify_all();
   if (!st.ok()) {
-    for (Inode* inode : sealed) inode->rec.sealed = false;
+    for (uint64_t ino : sealed) {
+      if (Inode* inode = Find(ino)) inode->rec.sealed = false;
+    }
+    if (auto again = steps_.find(plan.step_ino); again != steps_.end()) again->second = before;
     return st;
   }
-  for (Inode* inode : sealed) inode->dirty = false;
-  rt.commit_wanted = false;
-  it->second = rec;
-  EmitStepEvent("commit", plan.step_ino, rec);
+  for (uint64_t ino : sealed) {
+    if (Inode* inode = Find(ino)) inode->dirty = false;
+  }
+  nlohmann::json e = {{"event", "commit"}, {"path", path}, {"step", rec.step}, {"state", "committed"},
+                      {"bytes", rec.bytes}, {"files", rec.files}};
+  events_->Append(std::move(e));
   return Status::Ok();
 }
 

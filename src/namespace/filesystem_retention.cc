@@ -1,0 +1,197 @@
+// Retention inside the filesystem (SPEC section 5): the policy of a run
+// directory, applying RetentionPlanner's decisions, removing steps from the
+// namespace in the same manifest batch, and deleting their data later from a
+// persistent GC queue.
+#include <cstdlib>
+
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+namespace {
+constexpr const char* kRulePrefix = "user.ckptfs.";
+
+std::optional<double> ParseScore(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || v != v) return std::nullopt;
+  return v;
+}
+
+StepPhase PhaseOf(StepState state) {
+  switch (state) {
+    case StepState::kCommitted:
+      return StepPhase::kCommitted;
+    case StepState::kIncomplete:
+      return StepPhase::kIncomplete;
+    case StepState::kBroken:
+      return StepPhase::kBroken;
+    case StepState::kWriting:
+      break;
+  }
+  return StepPhase::kWriting;
+}
+}  // namespace
+
+void FileSystem::SetInvalidateEntry(InvalidateEntryFn fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  invalidate_entry_ = std::move(fn);
+}
+
+void FileSystem::FlushInvalidations() {
+  std::vector<std::pair<uint64_t, std::string>> todo;
+  InvalidateEntryFn fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    todo.swap(pending_invalidations_);
+    fn = invalidate_entry_;
+  }
+  if (!fn) return;
+  for (const auto& [parent, name] : todo) fn(parent, name);
+}
+
+RetentionPolicy FileSystem::PolicyOf(Inode* run) {
+  RetentionPolicy policy = options_.retention;
+  for (const std::string& rule : PolicyRuleNames()) {
+    auto it = run->xattrs.find(kRulePrefix + rule);
+    // Values were validated when set; a bad one (older version) is ignored.
+    if (it != run->xattrs.end()) (void)SetPolicyRule(rule, it->second, &policy);
+  }
+  return policy;
+}
+
+std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
+  std::vector<StepFacts> facts;
+  for (const auto& [name, dent] : run->children) {
+    auto step = steps_.find(dent.ino);
+    if (step == steps_.end()) continue;
+    Inode* dir = Find(dent.ino);
+    if (!dir) continue;
+    StepFacts f;
+    f.id = dent.ino;
+    f.step = step->second.step;
+    f.phase = PhaseOf(step->second.state);
+    f.committed_at_s = step->second.committed_at.tv_sec;
+    auto pin = dir->xattrs.find("user.ckptfs.pin");
+    f.pinned = pin != dir->xattrs.end() && pin->second == "1";
+    auto score = dir->xattrs.find("user.ckptfs.score");
+    if (score != dir->xattrs.end()) f.score = ParseScore(score->second);
+    auto rt = step_runtime_.find(dent.ino);
+    f.open_for_writing = OpenWritersUnder(dir) > 0 || (rt != step_runtime_.end() && rt->second.committing);
+    facts.push_back(f);
+  }
+  return PlanRetention(PolicyOf(run), facts, clock_->Now().tv_sec);
+}
+
+Result<std::vector<StepDecision>> FileSystem::PlanRetentionFor(uint64_t run_ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto run = FindDir(run_ino);
+  if (!run.ok()) return run.status();
+  return PlanLocked(*run);
+}
+
+void FileSystem::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch) {
+  Inode* run = Find(run_ino);
+  if (!run || !run->is_dir()) return;
+  for (const StepDecision& d : PlanLocked(run)) {
+    if (!d.keep) RemoveStepLocked(d.id, d.reason, batch);
+  }
+}
+
+void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
+  for (const auto& [name, dent] : dir->children) {
+    batch->Delete(KeySpace::kDentries, DentryKey(dir->rec.ino, name));
+    Inode* child = Find(dent.ino);
+    if (!child) continue;
+    if (child->is_dir()) RemoveSubtreeLocked(child, batch);
+    if (!child->is_dir() && child->rec.nlink > 1) {
+      // Another hard link outside the step keeps the file alive.
+      child->rec.nlink--;
+      PutInode(*child, batch);
+      continue;
+    }
+    child->rec.nlink = 0;
+    for (const auto& [xname, value] : child->xattrs) {
+      batch->Delete(KeySpace::kXattrs, XattrKey(child->rec.ino, xname));
+    }
+    if (steps_.erase(child->rec.ino)) {
+      batch->Delete(KeySpace::kSteps, InoKey(child->rec.ino));
+      step_runtime_.erase(child->rec.ino);
+    }
+    if (child->open_handles > 0) {
+      // Readers keep their data until they close; Release deletes it, and
+      // recovery deletes orphans if the daemon stops first.
+      PutInode(*child, batch);
+    } else {
+      batch->Delete(KeySpace::kInodes, InoKey(child->rec.ino));
+      if (child->is_reg()) batch->Put(KeySpace::kGc, InoKey(child->rec.ino), "");
+      MaybeEvict(child->rec.ino);
+    }
+  }
+  dir->children.clear();
+  dir->by_cookie.clear();
+}
+
+void FileSystem::RemoveStepLocked(uint64_t step_ino, const std::string& reason, ManifestBatch* batch) {
+  Inode* step = Find(step_ino);
+  auto rec_it = steps_.find(step_ino);
+  if (!step || rec_it == steps_.end()) return;
+  const StepRecord rec = rec_it->second;
+  const std::string path = PathOfLocked(step_ino);
+  const uint64_t run_ino = step->rec.parent;
+  const std::string name = step->name;
+  RemoveSubtreeLocked(step, batch);
+  if (Inode* run = Find(run_ino)) RemoveChild(run, name, batch);
+  std::vector<uint64_t> unused;
+  DropLink(step, batch, &unused);  // removes the step record too
+  MaybeEvict(step_ino);
+  pending_invalidations_.emplace_back(run_ino, name);
+  events_->Append({{"event", "prune"},
+                   {"path", path},
+                   {"step", rec.step},
+                   {"state", StepStateName(rec.state)},
+                   {"reason", reason}});
+}
+
+Result<size_t> FileSystem::CollectGarbage(size_t max) {
+  std::vector<uint64_t> inos;
+  Status scan = manifest_->Scan(KeySpace::kGc, "", [&](std::string_view key, std::string_view) {
+    auto ino = DecodeInoKey(key);
+    if (ino.ok()) inos.push_back(*ino);
+    return inos.size() < max;
+  });
+  if (!scan.ok()) return scan;
+  if (inos.empty()) return size_t{0};
+  // Data first, then the queue entry: a crash in between deletes it again.
+  for (uint64_t ino : inos) CKPTFS_RETURN_IF_ERROR(data_->Remove(ino));
+  std::lock_guard<std::mutex> lock(mu_);
+  ManifestBatch batch;
+  for (uint64_t ino : inos) batch.Delete(KeySpace::kGc, InoKey(ino));
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  return inos.size();
+}
+
+Status FileSystem::ValidateXattr(Inode* inode, const std::string& name, const std::string& value) {
+  if (name.rfind(kRulePrefix, 0) != 0) return Status::Ok();
+  const std::string rule = name.substr(std::string(kRulePrefix).size());
+  Status st;
+  if (rule == "pin") {
+    if (value != "0" && value != "1") st = Status::Error(EINVAL, "pin: '" + value + "' must be 0 or 1");
+  } else if (rule == "score") {
+    if (!ParseScore(value)) st = Status::Error(EINVAL, "score: '" + value + "' is not a number");
+  } else {
+    bool is_rule = false;
+    for (const std::string& r : PolicyRuleNames()) is_rule |= r == rule;
+    if (!is_rule) return Status::Ok();
+    if (!inode->is_dir()) return Status::Error(EINVAL, rule + " is set on run directories");
+    RetentionPolicy scratch;
+    st = SetPolicyRule(rule, value, &scratch);
+  }
+  if (!st.ok()) {
+    events_->Append({{"event", "error"}, {"path", PathOfLocked(inode->rec.ino)}, {"error", st.message()}});
+  }
+  return st;
+}
+
+}  // namespace ckptfs
