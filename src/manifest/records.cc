@@ -138,6 +138,8 @@ const char* StepStateName(StepState state) {
       return "incomplete";
     case StepState::kBroken:
       return "broken";
+    case StepState::kDeleting:
+      return "deleting";
   }
   return "unknown";
 }
@@ -256,7 +258,7 @@ Result<StepRecord> DecodeStep(std::string_view value) {
   StepRecord rec;
   d.Version();
   const uint8_t state = d.U8();
-  if (state > static_cast<uint8_t>(StepState::kBroken)) return Corrupt("step");
+  if (state > static_cast<uint8_t>(StepState::kDeleting)) return Corrupt("step");
   rec.state = static_cast<StepState>(state);
   rec.step = static_cast<int64_t>(d.U64());
   rec.committed_at = d.Time();

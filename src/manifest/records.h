@@ -51,6 +51,7 @@ enum class StepState : uint8_t {
   kCommitted = 1,
   kIncomplete = 2,  // was writing when the daemon stopped without committing it
   kBroken = 3,      // its checkpoint metadata is malformed or contradicted
+  kDeleting = 4,    // a user started deleting it (rm -rf); never counted again
 };
 const char* StepStateName(StepState state);
 

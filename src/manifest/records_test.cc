@@ -117,7 +117,7 @@ TEST(RecordsTest, DentryEncodingIsPinned) {
 
 TEST(RecordsTest, StepRoundTripEveryState) {
   for (StepState state : {StepState::kWriting, StepState::kCommitted, StepState::kIncomplete,
-                          StepState::kBroken}) {
+                          StepState::kBroken, StepState::kDeleting}) {
     StepRecord rec = SampleStep();
     rec.state = state;
     rec.error = state == StepState::kBroken ? "bad .metadata" : "";
@@ -209,7 +209,7 @@ TEST(RecordsTest, HugeStringLengthIsCorruptNotAnOverread) {
 
 TEST(RecordsTest, OutOfRangeFieldsAreCorrupt) {
   std::string step = EncodeStep(SampleStep());
-  step[1] = 4;  // no such state
+  step[1] = 5;  // no such state
   EXPECT_EQ(DecodeStep(step).err(), EIO);
 
   // nsec of committed_at follows version, state, step and the 8-byte tv_sec.

@@ -114,7 +114,7 @@ Status FileSystem::CheckWritableDir(Inode* dir) const {
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   uint64_t step = const_cast<FileSystem*>(this)->StepOf(dir->rec.ino);
   if (step != 0 && IsSealedStep(step)) {
-    return Status::Error(EROFS, "step is committed; its contents are read-only");
+    return Status::Error(EROFS, "step is committed or being deleted; its contents are read-only");
   }
   return Status::Ok();
 }

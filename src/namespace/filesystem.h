@@ -271,7 +271,12 @@ class FileSystem {
   // The step directory containing ino (itself included), or 0.
   uint64_t StepOf(uint64_t ino);
   bool InsideStep(uint64_t dir_ino) { return StepOf(dir_ino) != 0; }
+  // Committed or being deleted: no new contents.
   bool IsSealedStep(uint64_t step_ino) const;
+  // An unlink or rmdir below dir_ino: a finished step it belongs to becomes
+  // `deleting` at once, so `latest` and retention stop counting a step that
+  // `rm -rf` is taking apart file by file.
+  void NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch);
   // The newest committed step directly under run, or 0.
   uint64_t LatestStepOf(uint64_t run_ino);
   bool HasRealChild(Inode* dir, const std::string& name) const;

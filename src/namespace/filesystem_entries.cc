@@ -145,6 +145,7 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
   // file (rm -rf); what is sealed is the data, not the directory.
   ManifestBatch batch;
   std::vector<uint64_t> remove;
+  NoteDeletionLocked(parent, &batch);
   RemoveChild(*dir, name, &batch);
   DropLink(child, &batch, &remove);
   NoteActivity(parent);
@@ -178,6 +179,12 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   if (!child->children.empty()) return Status::Error(ENOTEMPTY, name + " is not empty");
   ManifestBatch batch;
   std::vector<uint64_t> remove;
+  if (steps_.count(child->rec.ino)) {
+    events_->Append({{"event", "delete"}, {"path", PathOfLocked(child->rec.ino)},
+                     {"step", steps_[child->rec.ino].step}});
+  } else {
+    NoteDeletionLocked(parent, &batch);
+  }
   RemoveChild(*dir, name, &batch);
   DropLink(child, &batch, &remove);
   NoteActivity(parent);
@@ -245,7 +252,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   const uint64_t src_step = StepOf(parent);
   const uint64_t dst_step = StepOf(new_parent);
   if ((src_step != 0 && IsSealedStep(src_step)) || (dst_step != 0 && IsSealedStep(dst_step))) {
-    return Status::Error(EROFS, "step is committed; its contents are read-only");
+    return Status::Error(EROFS, "step is committed or being deleted; its contents are read-only");
   }
   // A directory may not move below itself.
   if (src->is_dir()) {

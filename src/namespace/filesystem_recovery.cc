@@ -164,6 +164,13 @@ Status FileSystem::Recover() {
   const int64_t mono = clock_->MonotonicNanos();
   for (auto& [ino, rec] : steps_) step_runtime_[ino].last_activity = mono;
 
+  // A deletion (rm -rf) the stop interrupted is finished: the user asked for it.
+  std::vector<uint64_t> deleting;
+  for (const auto& [ino, rec] : steps_) {
+    if (rec.state == StepState::kDeleting) deleting.push_back(ino);
+  }
+  for (uint64_t ino : deleting) RemoveStepLocked(ino, "deletion interrupted by a daemon stop", &batch);
+
   // Retention runs at mount too (SPEC section 5), in the same batch.
   std::set<uint64_t> runs;
   for (const auto& [ino, rec] : steps_) runs.insert(Find(ino)->rec.parent);

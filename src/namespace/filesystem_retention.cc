@@ -28,6 +28,7 @@ StepPhase PhaseOf(StepState state) {
     case StepState::kBroken:
       return StepPhase::kBroken;
     case StepState::kWriting:
+    case StepState::kDeleting:
       break;
   }
   return StepPhase::kWriting;
@@ -65,7 +66,8 @@ std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
   std::vector<StepFacts> facts;
   for (const auto& [name, dent] : run->children) {
     auto step = steps_.find(dent.ino);
-    if (step == steps_.end()) continue;
+    // A step being deleted by the user is no longer counted by any rule.
+    if (step == steps_.end() || step->second.state == StepState::kDeleting) continue;
     Inode* dir = Find(dent.ino);
     if (!dir) continue;
     StepFacts f;

@@ -156,3 +156,38 @@ TEST(RetentionTest, IncompleteStepsOlderThanTheNewestCommittedGoAtMount) {
 
 }  // namespace
 }  // namespace ckptfs::testing
+
+namespace ckptfs::testing {
+namespace {
+
+TEST(RetentionTest, RmRfMarksTheStepDeletingSoLatestMovesBackAtOnce) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t run = Mkdir(fs, kRootIno, "run");
+  CommitStep(env, run, 1);
+  const uint64_t s2 = CommitStep(env, run, 2);
+  WriteFile(fs, Mkdir(fs, kRootIno, "elsewhere"), "x", "1");
+  EXPECT_EQ(*fs.Readlink(fs.Lookup(run, "latest")->ino), "step2");
+  // rm -rf run/step2, first file: the step is no longer a candidate for anything.
+  ASSERT_TRUE(fs.Unlink(s2, "shard").ok());
+  EXPECT_EQ(*fs.GetXattr(s2, "user.ckptfs.state"), "deleting");
+  EXPECT_EQ(*fs.Readlink(fs.Lookup(run, "latest")->ino), "step1");
+  EXPECT_EQ(fs.Create(kRoot, s2, "new", 0644, O_WRONLY).err(), EROFS);
+  // A crash before the final rmdir: the restart finishes the deletion.
+  ASSERT_TRUE(fs.FsyncDir().ok());
+  env.CrashAndRestart();
+  EXPECT_EQ(env.fs().Lookup(run, "step2").err(), ENOENT);
+  EXPECT_EQ(*env.fs().Readlink(env.fs().Lookup(run, "latest")->ino), "step1");
+}
+
+TEST(RetentionTest, DeletingInsideAWritingStepIsOrdinary) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step1");
+  WriteFile(fs, step, "tmp", "1");
+  ASSERT_TRUE(fs.Unlink(step, "tmp").ok());
+  EXPECT_EQ(*fs.GetXattr(step, "user.ckptfs.state"), "writing");
+}
+
+}  // namespace
+}  // namespace ckptfs::testing

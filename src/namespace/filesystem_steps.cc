@@ -25,7 +25,22 @@ uint64_t FileSystem::StepOf(uint64_t ino) {
 
 bool FileSystem::IsSealedStep(uint64_t step_ino) const {
   auto it = steps_.find(step_ino);
-  return it != steps_.end() && it->second.state == StepState::kCommitted;
+  return it != steps_.end() &&
+         (it->second.state == StepState::kCommitted || it->second.state == StepState::kDeleting);
+}
+
+void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
+  const uint64_t step = StepOf(dir_ino);
+  auto it = steps_.find(step);
+  if (it == steps_.end()) return;
+  StepRecord& rec = it->second;
+  // A trainer may delete its own files while writing; only a finished step
+  // (committed, incomplete, broken) turns into a deletion.
+  if (rec.state == StepState::kWriting || rec.state == StepState::kDeleting) return;
+  rec.state = StepState::kDeleting;
+  rec.error.clear();
+  batch->Put(KeySpace::kSteps, InoKey(step), EncodeStep(rec));
+  EmitStepEvent("delete", step, rec);
 }
 
 uint64_t FileSystem::LatestStepOf(uint64_t run_ino) {
