@@ -188,7 +188,7 @@ void FileSystem::RemoveChild(Inode* dir, const std::string& name, ManifestBatch*
   PutInode(*dir, batch);
 }
 
-void FileSystem::DropLink(Inode* inode, ManifestBatch* batch, std::vector<uint64_t>* backing_to_remove) {
+void FileSystem::DropLink(Inode* inode, ManifestBatch* batch) {
   inode->rec.ctime = clock_->Now();
   if (inode->is_dir()) {
     inode->rec.nlink = 0;
@@ -212,7 +212,9 @@ void FileSystem::DropLink(Inode* inode, ManifestBatch* batch, std::vector<uint64
   }
   batch->Delete(KeySpace::kInodes, InoKey(ino));
   for (const auto& [name, value] : inode->xattrs) batch->Delete(KeySpace::kXattrs, XattrKey(ino, name));
-  if (inode->is_reg()) backing_to_remove->push_back(ino);
+  // The data goes through the GC queue: unlinking a 1 GiB backing file takes
+  // the disk hundreds of milliseconds, which rm must not wait for.
+  if (inode->is_reg()) batch->Put(KeySpace::kGc, InoKey(ino), "");
 }
 
 void FileSystem::MaybeEvict(uint64_t ino) {

@@ -285,8 +285,9 @@ class FileSystem {
   void AddChild(Inode* dir, const std::string& name, Inode* child, ManifestBatch* batch);
   void RemoveChild(Inode* dir, const std::string& name, ManifestBatch* batch);
   void PutInode(const Inode& inode, ManifestBatch* batch);
-  // Drops a link; deletes the inode when the last link and handle are gone.
-  void DropLink(Inode* inode, ManifestBatch* batch, std::vector<uint64_t>* backing_to_remove);
+  // Drops a link; deletes the inode when the last link and handle are gone
+  // (its data through the GC queue).
+  void DropLink(Inode* inode, ManifestBatch* batch);
   void MaybeEvict(uint64_t ino);
   Status Apply(const ManifestBatch& batch, bool sync);
   void TouchDir(Inode* dir, const timespec& now);

@@ -144,13 +144,11 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
   // Deleting from a committed step is allowed: steps may be pruned file by
   // file (rm -rf); what is sealed is the data, not the directory.
   ManifestBatch batch;
-  std::vector<uint64_t> remove;
   NoteDeletionLocked(parent, &batch);
   RemoveChild(*dir, name, &batch);
-  DropLink(child, &batch, &remove);
+  DropLink(child, &batch);
   NoteActivity(parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
-  for (uint64_t ino : remove) (void)data_->Remove(ino);
   MaybeEvict(child->rec.ino);
   return Status::Ok();
 }
@@ -178,7 +176,6 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   child = Find(it->second.ino);
   if (!child->children.empty()) return Status::Error(ENOTEMPTY, name + " is not empty");
   ManifestBatch batch;
-  std::vector<uint64_t> remove;
   if (steps_.count(child->rec.ino)) {
     events_->Append({{"event", "delete"}, {"path", PathOfLocked(child->rec.ino)},
                      {"step", steps_[child->rec.ino].step}});
@@ -186,7 +183,7 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
     NoteDeletionLocked(parent, &batch);
   }
   RemoveChild(*dir, name, &batch);
-  DropLink(child, &batch, &remove);
+  DropLink(child, &batch);
   NoteActivity(parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   MaybeEvict(child->rec.ino);
@@ -265,7 +262,6 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   if (dst == src) return Status::Ok();  // same inode: POSIX says do nothing
 
   ManifestBatch batch;
-  std::vector<uint64_t> remove;
   const timespec now = clock_->Now();
   bool commit_src = false;
   bool commit_dst = false;
@@ -315,7 +311,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
         if (!dst->children.empty()) return Status::Error(ENOTEMPTY, new_name + " is not empty");
       }
       RemoveChild(*dst_dir, new_name, &batch);
-      DropLink(dst, &batch, &remove);
+      DropLink(dst, &batch);
     }
     RemoveChild(*src_dir, name, &batch);
     AddChild(*dst_dir, new_name, src, &batch);
@@ -326,7 +322,6 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   NoteActivity(parent);
   NoteActivity(new_parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
-  for (uint64_t ino : remove) (void)data_->Remove(ino);
   if (dst && !(flags & RENAME_EXCHANGE)) MaybeEvict(dst->rec.ino);
   if (commit_src) RequestCommitLocked(src->rec.ino);
   if (commit_dst) RequestCommitLocked(dst->rec.ino);

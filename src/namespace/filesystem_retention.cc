@@ -145,8 +145,7 @@ void FileSystem::RemoveStepLocked(uint64_t step_ino, const std::string& reason, 
   const std::string name = step->name;
   RemoveSubtreeLocked(step, batch);
   if (Inode* run = Find(run_ino)) RemoveChild(run, name, batch);
-  std::vector<uint64_t> unused;
-  DropLink(step, batch, &unused);  // removes the step record too
+  DropLink(step, batch);  // removes the step record too
   MaybeEvict(step_ino);
   pending_invalidations_.emplace_back(run_ino, name);
   events_->Append({{"event", "prune"},
