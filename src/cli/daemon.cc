@@ -55,6 +55,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   d->fs_->SetInvalidateEntry([se](uint64_t parent, const std::string& name) {
     (void)fuse_lowlevel_notify_inval_entry(se, parent, name.c_str(), name.size());
   });
+  d->fs_->SetInvalidateInode([se](uint64_t ino) {
+    (void)fuse_lowlevel_notify_inval_inode(se, ino, 0, 0);  // whole page cache
+  });
   d->events_->Append({{"event", "mount"},
                       {"mountpoint", options.mountpoint},
                       {"cache", options.cache_dir},
@@ -79,7 +82,10 @@ int Daemon::Run() {
 Daemon::~Daemon() {
   // The coordinator first: its threads use the session for invalidations.
   coordinator_.reset();
-  if (fs_) fs_->SetInvalidateEntry(nullptr);
+  if (fs_) {
+    fs_->SetInvalidateEntry(nullptr);
+    fs_->SetInvalidateInode(nullptr);
+  }
   if (session_) {
     if (mounted_) fuse_session_unmount(session_);
     if (signals_set_) fuse_remove_signal_handlers(session_);

@@ -172,6 +172,11 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
     fs_->AbortCommit(step_ino, st.Annotate("fsync of the data directory"), false, false);
     return;
   }
+  // Sealed data never changes: its FUSE page-cache copy (the backing file's
+  // cache holds the same bytes) can go now, before anyone waits on the commit.
+  std::vector<uint64_t> inos;
+  for (const auto& f : plan->files) inos.push_back(f.ino);
+  fs_->DropPageCache(inos);
   st = fs_->FinishCommit(*plan);
   if (!st.ok() && st.err() != EALREADY) fs_->AbortCommit(step_ino, st, false, false);
 }

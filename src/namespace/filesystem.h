@@ -236,6 +236,15 @@ class FileSystem {
   // FlushInvalidations, from a thread that is not serving a FUSE request.
   using InvalidateEntryFn = std::function<void(uint64_t parent, const std::string& name)>;
   void SetInvalidateEntry(InvalidateEntryFn fn);
+  // Drops the kernel's page cache of a file. After a commit the sealed files'
+  // pages are cached twice (the FUSE file and its backing file); dropping the
+  // FUSE copy halves the memory a fresh checkpoint holds, and spares a later
+  // unlink the work (about 45 ms per GiB, inside the user's rm).
+  using InvalidateInodeFn = std::function<void(uint64_t ino)>;
+  void SetInvalidateInode(InvalidateInodeFn fn);
+  // Drops the kernel page cache of these files now (the coordinator calls it
+  // between a commit's fsyncs and its batch, while the step is frozen).
+  void DropPageCache(const std::vector<uint64_t>& inos);
   void FlushInvalidations();
 
   const FileSystemOptions& options() const { return options_; }
@@ -351,6 +360,7 @@ class FileSystem {
   Status bg_error_;  // GUARDED_BY(mu_)
   InvalidateEntryFn invalidate_entry_;
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_;  // GUARDED_BY(mu_)
+  InvalidateInodeFn invalidate_inode_;
   uint64_t fsyncdir_seq_ = 0;  // GUARDED_BY(mu_)
 };
 

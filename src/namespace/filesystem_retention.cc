@@ -40,6 +40,21 @@ void FileSystem::SetInvalidateEntry(InvalidateEntryFn fn) {
   invalidate_entry_ = std::move(fn);
 }
 
+void FileSystem::SetInvalidateInode(InvalidateInodeFn fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  invalidate_inode_ = std::move(fn);
+}
+
+void FileSystem::DropPageCache(const std::vector<uint64_t>& inos) {
+  InvalidateInodeFn fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn = invalidate_inode_;
+  }
+  if (!fn) return;
+  for (uint64_t ino : inos) fn(ino);
+}
+
 void FileSystem::FlushInvalidations() {
   std::vector<std::pair<uint64_t, std::string>> todo;
   InvalidateEntryFn fn;
