@@ -15,17 +15,9 @@
 namespace ckptfs::testing {
 namespace {
 
-const Caller kRoot{0, 0};
-
 std::string StateOf(FileSystem& fs, uint64_t step) {
   auto v = fs.GetXattr(step, "user.ckptfs.state");
   return v.ok() ? *v : "<" + v.status().ToString() + ">";
-}
-
-uint64_t Mkdir(FileSystem& fs, uint64_t parent, const std::string& name) {
-  auto e = fs.Mkdir(kRoot, parent, name, 0755);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? e->ino : 0;
 }
 
 FileHandle* CreateOpen(FileSystem& fs, uint64_t parent, const std::string& name, uint64_t* ino = nullptr) {
@@ -34,27 +26,6 @@ FileHandle* CreateOpen(FileSystem& fs, uint64_t parent, const std::string& name,
   if (!c.ok()) return nullptr;
   if (ino) *ino = c->first.ino;
   return c->second.fh;
-}
-
-uint64_t WriteFile(FileSystem& fs, uint64_t parent, const std::string& name, const std::string& data) {
-  uint64_t ino = 0;
-  FileHandle* fh = CreateOpen(fs, parent, name, &ino);
-  if (!fh) return 0;
-  if (!data.empty()) {
-    EXPECT_TRUE(fs.Write(fh, data.data(), data.size(), 0).ok());
-  }
-  EXPECT_TRUE(fs.Release(fh).ok());
-  return ino;
-}
-
-std::string ReadFile(FileSystem& fs, uint64_t ino) {
-  auto o = fs.OpenFile(ino, O_RDONLY);
-  if (!o.ok()) return "<" + o.status().ToString() + ">";
-  std::string out(1 << 20, '\0');
-  auto n = fs.Read(o->fh, out.data(), out.size(), 0);
-  out.resize(n.ok() ? *n : 0);
-  (void)fs.Release(o->fh);
-  return out;
 }
 
 TEST(StepPatternTest, DefaultNames) {

@@ -11,23 +11,6 @@
 namespace ckptfs::testing {
 namespace {
 
-const Caller kRoot{0, 0};
-
-uint64_t Mkdir(FileSystem& fs, uint64_t parent, const std::string& name) {
-  auto e = fs.Mkdir(kRoot, parent, name, 0755);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? e->ino : 0;
-}
-
-uint64_t WriteFile(FileSystem& fs, uint64_t parent, const std::string& name, const std::string& data) {
-  auto c = fs.Create(kRoot, parent, name, 0644, O_WRONLY);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  if (!c.ok()) return 0;
-  EXPECT_TRUE(fs.Write(c->second.fh, data.data(), data.size(), 0).ok());
-  EXPECT_TRUE(fs.Release(c->second.fh).ok());
-  return c->first.ino;
-}
-
 // Creates run/stepN with one file and commits it; returns the step's ino.
 uint64_t CommitStep(FsEnv& env, uint64_t run, int64_t n, uint64_t* file = nullptr) {
   auto& fs = env.fs();

@@ -14,46 +14,11 @@
 namespace ckptfs::testing {
 namespace {
 
-const Caller kRoot{0, 0};
-
-uint64_t Mkdir(FileSystem& fs, uint64_t parent, const std::string& name) {
-  auto e = fs.Mkdir(kRoot, parent, name, 0755);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? e->ino : 0;
-}
-
-// Creates (or truncates nothing: name must be new) and writes a file, closes it.
-uint64_t WriteFile(FileSystem& fs, uint64_t parent, const std::string& name, const std::string& data) {
-  auto c = fs.Create(kRoot, parent, name, 0644, O_WRONLY);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  if (!c.ok()) return 0;
-  FileHandle* fh = c->second.fh;
-  if (!data.empty()) {
-    auto n = fs.Write(fh, data.data(), data.size(), 0);
-    EXPECT_TRUE(n.ok());
-  }
-  EXPECT_TRUE(fs.Flush(fh).ok());
-  EXPECT_TRUE(fs.Release(fh).ok());
-  return c->first.ino;
-}
-
 void SyncFile(FileSystem& fs, uint64_t ino) {
   auto o = fs.OpenFile(ino, O_WRONLY);
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   ASSERT_TRUE(fs.Fsync(o->fh, false).ok());
   ASSERT_TRUE(fs.Release(o->fh).ok());
-}
-
-std::string ReadFile(FileSystem& fs, uint64_t ino) {
-  auto o = fs.OpenFile(ino, O_RDONLY);
-  EXPECT_TRUE(o.ok()) << o.status().ToString();
-  if (!o.ok()) return "<error>";
-  std::string out(1 << 16, '\0');
-  auto n = fs.Read(o->fh, out.data(), out.size(), 0);
-  EXPECT_TRUE(n.ok());
-  out.resize(n.ok() ? *n : 0);
-  EXPECT_TRUE(fs.Release(o->fh).ok());
-  return out;
 }
 
 std::set<std::string> List(FileSystem& fs, uint64_t dir) {

@@ -4,7 +4,11 @@
 // fault_injection_test does.
 #pragma once
 
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "common/clock.h"
@@ -99,5 +103,40 @@ class FsEnv {
   std::unique_ptr<FileSystem> fs_;
   std::unique_ptr<CommitCoordinator> coordinator_;
 };
+
+// Helpers shared by the FileSystem tests; they report failures through
+// GoogleTest and return 0 / "<error>" so a test fails where it asserts.
+inline const Caller kRoot{0, 0};
+
+inline uint64_t Mkdir(FileSystem& fs, uint64_t parent, const std::string& name) {
+  auto e = fs.Mkdir(kRoot, parent, name, 0755);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? e->ino : 0;
+}
+
+// Creates a new file, writes data, closes it; returns its ino.
+inline uint64_t WriteFile(FileSystem& fs, uint64_t parent, const std::string& name,
+                          const std::string& data) {
+  auto c = fs.Create(kRoot, parent, name, 0644, O_WRONLY);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return 0;
+  if (!data.empty()) {
+    EXPECT_TRUE(fs.Write(c->second.fh, data.data(), data.size(), 0).ok());
+  }
+  EXPECT_TRUE(fs.Flush(c->second.fh).ok());
+  EXPECT_TRUE(fs.Release(c->second.fh).ok());
+  return c->first.ino;
+}
+
+// The first MiB of a file, or "<error...>".
+inline std::string ReadFile(FileSystem& fs, uint64_t ino) {
+  auto o = fs.OpenFile(ino, O_RDONLY);
+  if (!o.ok()) return "<" + o.status().ToString() + ">";
+  std::string out(1 << 20, '\0');
+  auto n = fs.Read(o->fh, out.data(), out.size(), 0);
+  out.resize(n.ok() ? *n : 0);
+  EXPECT_TRUE(fs.Release(o->fh).ok());
+  return out;
+}
 
 }  // namespace ckptfs::testing
