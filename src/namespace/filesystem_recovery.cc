@@ -116,6 +116,9 @@ Status FileSystem::Recover() {
     if (auto ino = DecodeInoKey(k); ino.ok()) queued_for_gc.insert(*ino);
     return true;
   }));
+  // Never hand out a number still in the GC queue: the GC would delete the
+  // new file's data (its backing file may already be gone, key not yet).
+  if (!queued_for_gc.empty()) next_ino_ = std::max(next_ino_, *queued_for_gc.rbegin() + 1);
   auto listed = data_->List();
   if (!listed.ok()) return listed.status();
   for (uint64_t ino : *listed) {

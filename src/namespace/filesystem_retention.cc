@@ -180,7 +180,20 @@ Result<size_t> FileSystem::CollectGarbage(size_t max) {
   if (!scan.ok()) return scan;
   if (inos.empty()) return size_t{0};
   // Data first, then the queue entry: a crash in between deletes it again.
-  for (uint64_t ino : inos) CKPTFS_RETURN_IF_ERROR(data_->Remove(ino));
+  // A live inode's data is never touched (defence in depth: numbers in the
+  // queue are not reused, see Recover).
+  for (uint64_t ino : inos) {
+    bool live;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Deleted inodes may stay in memory while the kernel still holds a
+      // lookup on them; those are not live. Open orphans are, and their
+      // last close deletes the data.
+      const Inode* inode = Find(ino);
+      live = inode && (inode->rec.nlink > 0 || inode->open_handles > 0);
+    }
+    if (!live) CKPTFS_RETURN_IF_ERROR(data_->Remove(ino));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   ManifestBatch batch;
   for (uint64_t ino : inos) batch.Delete(KeySpace::kGc, InoKey(ino));

@@ -163,6 +163,21 @@ TEST(RetentionTest, RmRfMarksTheStepDeletingSoLatestMovesBackAtOnce) {
   EXPECT_EQ(*env.fs().Readlink(env.fs().Lookup(run, "latest")->ino), "step1");
 }
 
+TEST(RetentionTest, InodeNumbersInTheGcQueueAreNeverReused) {
+  FsEnv env;
+  const uint64_t f = WriteFile(env.fs(), kRootIno, "big", "data");
+  ASSERT_TRUE(env.fs().Unlink(kRootIno, "big").ok());  // queued for GC
+  // The GC deleted the data but the daemon died before it dropped the key.
+  ASSERT_TRUE(env.data.Remove(f).ok());
+  ASSERT_TRUE(env.data.SyncDir().ok());
+  ASSERT_TRUE(env.fs().FsyncDir().ok());
+  env.CrashAndRestart();
+  const uint64_t fresh = WriteFile(env.fs(), kRootIno, "new", "precious");
+  EXPECT_GT(fresh, f);
+  ASSERT_TRUE(env.fs().CollectGarbage(100).ok());
+  EXPECT_EQ(ReadFile(env.fs(), fresh), "precious");
+}
+
 TEST(RetentionTest, DeletingInsideAWritingStepIsOrdinary) {
   FsEnv env;
   auto& fs = env.fs();
