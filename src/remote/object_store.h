@@ -1,0 +1,70 @@
+// The remote tier's seam (SPEC section 4): an object store addressed by keys
+// relative to the configured prefix. S3 (src/remote/s3_*) and file:// (a
+// local directory with the same semantics) implement it; MemoryObjectStore is
+// the test double with fault injection. The filesystem logic never sees
+// which one it talks to.
+//
+// Keys are relative paths ("run1/step100/__0_0.distcp"): no leading '/', no
+// empty, "." or ".." components. Every method is thread-safe and blocking;
+// callers run them on their own worker threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace ckptfs {
+
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+};
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+
+  // Creates or replaces the object with data; it is visible whole or not at
+  // all (no reader ever sees a partial object).
+  virtual Status Put(const std::string& key, const std::string& data) = 0;
+
+  // Large objects in parts: Begin, UploadPart (1-based part numbers, any
+  // order, parts of at least min_part_size() except the last), Complete
+  // with every part number in order; Abort discards. Until Complete the
+  // object is not visible.
+  virtual Result<std::string> BeginMultipart(const std::string& key) = 0;  // upload id
+  virtual Status UploadPart(const std::string& key, const std::string& upload_id, int part_number,
+                            const std::string& data) = 0;
+  virtual Status CompleteMultipart(const std::string& key, const std::string& upload_id,
+                                   int part_count) = 0;
+  virtual Status AbortMultipart(const std::string& key, const std::string& upload_id) = 0;
+  virtual uint64_t min_part_size() const { return 5ULL << 20; }
+
+  // length bytes from offset (fewer at the end of the object); ENOENT when
+  // the object does not exist.
+  virtual Result<std::string> GetRange(const std::string& key, uint64_t offset, uint64_t length) = 0;
+  // ENOENT when absent.
+  virtual Result<ObjectInfo> Head(const std::string& key) = 0;
+  // Every object whose key starts with prefix, in key order.
+  virtual Result<std::vector<ObjectInfo>> List(const std::string& prefix) = 0;
+  // Deletes the objects; absent keys are not an error.
+  virtual Status Delete(const std::vector<std::string>& keys) = 0;
+
+  // For messages and status.json: "s3://bucket/prefix", "file:///dir". Never
+  // contains credentials.
+  virtual std::string Describe() const = 0;
+};
+
+// Checks a key against the rules above: EINVAL with the reason otherwise.
+Status ValidateObjectKey(const std::string& key);
+
+// file:///dir: objects are files under dir at their keys, written to a
+// temporary name and renamed into place (whole or nothing), multipart parts
+// kept under dir/.ckptfs-multipart/<upload id>/ until completed.
+Result<std::unique_ptr<ObjectStore>> OpenFileObjectStore(const std::string& dir);
+
+}  // namespace ckptfs
