@@ -1,0 +1,206 @@
+// The in-memory ObjectStore; see memory_object_store.h.
+#include "remote/memory_object_store.h"
+
+#include <algorithm>
+
+namespace ckptfs {
+
+namespace {
+
+// S3's bound on part numbers; the file store applies it too.
+constexpr int kMaxPartNumber = 10000;
+
+}  // namespace
+
+Status MemoryObjectStore::InjectedFault() {
+  if (unavailable_) return Status::Error(EHOSTUNREACH, Describe() + ": unavailable (injected)");
+  if (fail_next_ > 0) {
+    fail_next_--;
+    return Status::Error(fail_err_, Describe() + ": injected failure");
+  }
+  return Status::Ok();
+}
+
+Result<MemoryObjectStore::Upload*> MemoryObjectStore::FindUpload(const std::string& key,
+                                                                 const std::string& upload_id) {
+  auto it = uploads_.find(upload_id);
+  if (it == uploads_.end() || it->second.key != key) {
+    return Status::Error(ENOENT, Describe() + ": no multipart upload " + upload_id + " for " + key);
+  }
+  return &it->second;
+}
+
+Status MemoryObjectStore::Put(const std::string& key, const std::string& data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.put++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  objects_[key] = data;
+  return Status::Ok();
+}
+
+Result<std::string> MemoryObjectStore::BeginMultipart(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.begin++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  std::string id = "memupload" + std::to_string(next_upload_++);
+  uploads_[id] = Upload{key, {}};
+  return id;
+}
+
+Status MemoryObjectStore::UploadPart(const std::string& key, const std::string& upload_id,
+                                     int part_number, const std::string& data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.part++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  if (part_number < 1 || part_number > kMaxPartNumber) {
+    return Status::Error(EINVAL, "upload part of " + key + ": part number " +
+                                     std::to_string(part_number) + " outside 1.." +
+                                     std::to_string(kMaxPartNumber));
+  }
+  Result<Upload*> upload = FindUpload(key, upload_id);
+  if (!upload.ok()) return upload.status();
+  (*upload)->parts[part_number] = data;
+  return Status::Ok();
+}
+
+Status MemoryObjectStore::CompleteMultipart(const std::string& key, const std::string& upload_id,
+                                            int part_count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.complete++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  Result<Upload*> found = FindUpload(key, upload_id);
+  if (!found.ok()) return found.status();
+  const Upload& upload = **found;
+  if (part_count < 1 || part_count > kMaxPartNumber) {
+    return Status::Error(EINVAL, "complete upload of " + key + ": part count " +
+                                     std::to_string(part_count) + " outside 1.." +
+                                     std::to_string(kMaxPartNumber));
+  }
+  // Check everything before building anything, so a failure changes nothing.
+  size_t total = 0;
+  for (int i = 1; i <= part_count; i++) {
+    auto it = upload.parts.find(i);
+    if (it == upload.parts.end()) {
+      return Status::Error(EINVAL, "complete upload of " + key + ": part " + std::to_string(i) +
+                                       " was never uploaded");
+    }
+    if (i < part_count && it->second.size() < min_part_size_) {
+      return Status::Error(EINVAL, "complete upload of " + key + ": part " + std::to_string(i) +
+                                       " has " + std::to_string(it->second.size()) +
+                                       " bytes, less than the minimum " +
+                                       std::to_string(min_part_size_));
+    }
+    total += it->second.size();
+  }
+  std::string data;
+  data.reserve(total);
+  for (int i = 1; i <= part_count; i++) data += upload.parts.at(i);
+  objects_[key] = std::move(data);
+  uploads_.erase(upload_id);
+  return Status::Ok();
+}
+
+Status MemoryObjectStore::AbortMultipart(const std::string& key, const std::string& upload_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.abort++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  Result<Upload*> upload = FindUpload(key, upload_id);
+  if (!upload.ok()) return upload.status();
+  uploads_.erase(upload_id);
+  return Status::Ok();
+}
+
+Result<std::string> MemoryObjectStore::GetRange(const std::string& key, uint64_t offset,
+                                                uint64_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.get++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return Status::Error(ENOENT, Describe() + ": no object " + key);
+  const std::string& data = it->second;
+  if (offset >= data.size()) return std::string();
+  return data.substr(offset, std::min<uint64_t>(length, data.size() - offset));
+}
+
+Result<ObjectInfo> MemoryObjectStore::Head(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.head++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return Status::Error(ENOENT, Describe() + ": no object " + key);
+  return ObjectInfo{key, it->second.size()};
+}
+
+Result<std::vector<ObjectInfo>> MemoryObjectStore::List(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.list++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  std::vector<ObjectInfo> out;
+  for (auto it = objects_.lower_bound(prefix);
+       it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    out.push_back(ObjectInfo{it->first, it->second.size()});
+  }
+  return out;
+}
+
+Status MemoryObjectStore::Delete(const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.del++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  for (const std::string& key : keys) CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  for (const std::string& key : keys) objects_.erase(key);
+  return Status::Ok();
+}
+
+void MemoryObjectStore::FailNext(int n, int err) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_next_ = std::max(n, 0);
+  fail_err_ = err == 0 ? EIO : err;
+}
+
+void MemoryObjectStore::SetUnavailable(bool unavailable) {
+  std::lock_guard<std::mutex> lock(mu_);
+  unavailable_ = unavailable;
+}
+
+#define CKPTFS_COUNTER(name, field)              \
+  size_t MemoryObjectStore::name() const {       \
+    std::lock_guard<std::mutex> lock(mu_);       \
+    return counters_.field;                      \
+  }
+CKPTFS_COUNTER(put_calls, put)
+CKPTFS_COUNTER(begin_calls, begin)
+CKPTFS_COUNTER(part_calls, part)
+CKPTFS_COUNTER(complete_calls, complete)
+CKPTFS_COUNTER(abort_calls, abort)
+CKPTFS_COUNTER(get_calls, get)
+CKPTFS_COUNTER(head_calls, head)
+CKPTFS_COUNTER(list_calls, list)
+CKPTFS_COUNTER(delete_calls, del)
+#undef CKPTFS_COUNTER
+
+size_t MemoryObjectStore::object_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return objects_.size();
+}
+
+size_t MemoryObjectStore::upload_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return uploads_.size();
+}
+
+std::optional<std::string> MemoryObjectStore::Peek(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,105 @@
+// An in-memory ObjectStore for tests of the uploader, the fetcher and the
+// commit logic, with the same semantics as the real stores (key rules,
+// whole-or-nothing objects, the multipart rules) and fault injection:
+//
+//  * SetUnavailable(true): every call fails with EHOSTUNREACH, as when the
+//    endpoint cannot be reached, until SetUnavailable(false).
+//  * FailNext(n, err): the next n calls fail with err. Both kinds of failure
+//    happen before anything else (before the key is even validated) and
+//    change nothing. While the store is unavailable, calls do not use up
+//    FailNext's count.
+//
+// Every ObjectStore method counts as a call for both; Describe(),
+// min_part_size() and the inspection methods below do not. The counters
+// count calls made, failed ones included, so a test can see retries.
+//
+// Thread safety: every method may be called from any thread; one mutex
+// guards all state. Objects are copied in and out, never shared.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "remote/object_store.h"
+
+namespace ckptfs {
+
+class MemoryObjectStore final : public ObjectStore {
+ public:
+  static constexpr uint64_t kDefaultMinPartSize = uint64_t{5} << 20;
+
+  // A smaller min_part_size keeps multipart tests light on memory.
+  explicit MemoryObjectStore(uint64_t min_part_size = kDefaultMinPartSize)
+      : min_part_size_(min_part_size) {}
+  MemoryObjectStore(const MemoryObjectStore&) = delete;
+  MemoryObjectStore& operator=(const MemoryObjectStore&) = delete;
+
+  Status Put(const std::string& key, const std::string& data) override;
+  Result<std::string> BeginMultipart(const std::string& key) override;
+  Status UploadPart(const std::string& key, const std::string& upload_id, int part_number,
+                    const std::string& data) override;
+  // Parts beyond part_count are discarded, as S3 does.
+  Status CompleteMultipart(const std::string& key, const std::string& upload_id,
+                           int part_count) override;
+  Status AbortMultipart(const std::string& key, const std::string& upload_id) override;
+  uint64_t min_part_size() const override { return min_part_size_; }
+  // An offset at or past the end gives an empty string.
+  Result<std::string> GetRange(const std::string& key, uint64_t offset, uint64_t length) override;
+  Result<ObjectInfo> Head(const std::string& key) override;
+  Result<std::vector<ObjectInfo>> List(const std::string& prefix) override;
+  Status Delete(const std::vector<std::string>& keys) override;
+  std::string Describe() const override { return "memory://"; }
+
+  // Fault injection; see the file comment. n <= 0 cancels a pending FailNext.
+  void FailNext(int n, int err);
+  void SetUnavailable(bool unavailable);
+
+  // Calls made so far, failed ones included.
+  size_t put_calls() const;
+  size_t begin_calls() const;
+  size_t part_calls() const;
+  size_t complete_calls() const;
+  size_t abort_calls() const;
+  size_t get_calls() const;  // GetRange
+  size_t head_calls() const;
+  size_t list_calls() const;
+  size_t delete_calls() const;  // Delete calls, not keys
+
+  // Inspection without faults or counting.
+  size_t object_count() const;
+  size_t upload_count() const;  // multipart uploads begun and neither completed nor aborted
+  std::optional<std::string> Peek(const std::string& key) const;
+
+ private:
+  struct Upload {
+    std::string key;
+    std::map<int, std::string> parts;  // by part number
+  };
+  struct Counters {
+    size_t put = 0, begin = 0, part = 0, complete = 0, abort = 0;
+    size_t get = 0, head = 0, list = 0, del = 0;
+  };
+
+  // Counts nothing; returns the injected failure for this call, if any.
+  // REQUIRES: mu_ held.
+  Status InjectedFault();
+  // The upload for (key, upload_id) or ENOENT. REQUIRES: mu_ held.
+  Result<Upload*> FindUpload(const std::string& key, const std::string& upload_id);
+
+  const uint64_t min_part_size_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::string> objects_;  // GUARDED_BY(mu_); ordered = key order
+  std::map<std::string, Upload> uploads_;       // GUARDED_BY(mu_); by upload id
+  uint64_t next_upload_ = 1;                    // GUARDED_BY(mu_)
+  Counters counters_;                           // GUARDED_BY(mu_)
+  int fail_next_ = 0;                           // GUARDED_BY(mu_)
+  int fail_err_ = 0;                            // GUARDED_BY(mu_)
+  bool unavailable_ = false;                    // GUARDED_BY(mu_)
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,559 @@
+// The ObjectStore contract, run against both FileObjectStore and
+// MemoryObjectStore, then what is particular to each: the file store's
+// on-disk layout (natural paths, no leftovers, pruning) and the memory
+// store's fault injection and counters.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "remote/file_object_store.h"
+#include "remote/memory_object_store.h"
+#include "remote/object_store.h"
+
+namespace ckptfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/ckptfs_object_store_test.XXXXXX";
+    const char* made = ::mkdtemp(tmpl);
+    EXPECT_NE(made, nullptr);
+    path_ = made ? made : "";
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct MemoryFactory {
+  std::unique_ptr<ObjectStore> Open() { return std::make_unique<MemoryObjectStore>(); }
+};
+
+struct FileFactory {
+  TempDir dir;
+  std::unique_ptr<ObjectStore> Open() {
+    Result<std::unique_ptr<ObjectStore>> store = OpenFileObjectStore(dir.path());
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+};
+
+// Deterministic bytes, NULs included, different for each seed.
+std::string Bytes(size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; i++) s[i] = static_cast<char>((i * 131 + seed * 7) % 251);
+  return s;
+}
+
+std::string Get(ObjectStore* store, const std::string& key) {
+  Result<std::string> r = store->GetRange(key, 0, UINT64_MAX);
+  EXPECT_TRUE(r.ok()) << key << ": " << r.status().ToString();
+  return r.ok() ? *r : std::string();
+}
+
+std::vector<std::string> Keys(ObjectStore* store, const std::string& prefix) {
+  Result<std::vector<ObjectInfo>> r = store->List(prefix);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<std::string> keys;
+  if (r.ok()) {
+    for (const ObjectInfo& info : *r) keys.push_back(info.key);
+  }
+  return keys;
+}
+
+template <typename Factory>
+class ObjectStoreContractTest : public testing::Test {
+ protected:
+  Factory factory_;
+  std::unique_ptr<ObjectStore> store_ = factory_.Open();
+};
+
+using Factories = testing::Types<MemoryFactory, FileFactory>;
+TYPED_TEST_SUITE(ObjectStoreContractTest, Factories);
+
+TYPED_TEST(ObjectStoreContractTest, PutGetHead) {
+  ObjectStore* s = this->store_.get();
+  const std::string data = Bytes(10000, 1);
+  ASSERT_TRUE(s->Put("run1/step1/model.bin", data).ok());
+  EXPECT_EQ(Get(s, "run1/step1/model.bin"), data);
+  Result<ObjectInfo> info = s->Head("run1/step1/model.bin");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->key, "run1/step1/model.bin");
+  EXPECT_EQ(info->size, data.size());
+
+  ASSERT_TRUE(s->Put("empty", "").ok());
+  EXPECT_EQ(Get(s, "empty"), "");
+  ASSERT_TRUE(s->Head("empty").ok());
+  EXPECT_EQ(s->Head("empty")->size, 0u);
+}
+
+TYPED_TEST(ObjectStoreContractTest, GetRange) {
+  ObjectStore* s = this->store_.get();
+  const std::string data = Bytes(1000, 2);
+  ASSERT_TRUE(s->Put("k", data).ok());
+  EXPECT_EQ(*s->GetRange("k", 100, 50), data.substr(100, 50));
+  EXPECT_EQ(*s->GetRange("k", 990, 50), data.substr(990));  // fewer at the end
+  EXPECT_EQ(*s->GetRange("k", 0, 0), "");
+  EXPECT_EQ(*s->GetRange("k", 1000, 10), "");  // at the end
+  EXPECT_EQ(*s->GetRange("k", 5000, 10), "");  // past the end: empty, not an error
+}
+
+TYPED_TEST(ObjectStoreContractTest, MissingObjectsAreEnoent) {
+  ObjectStore* s = this->store_.get();
+  EXPECT_EQ(s->GetRange("nope", 0, 10).err(), ENOENT);
+  EXPECT_EQ(s->Head("nope").err(), ENOENT);
+  ASSERT_TRUE(s->Put("dir/file", "x").ok());
+  EXPECT_EQ(s->Head("dir").err(), ENOENT);  // a key prefix is not an object
+  EXPECT_EQ(s->GetRange("dir", 0, 1).err(), ENOENT);
+  EXPECT_EQ(s->Head("dir/file/more").err(), ENOENT);
+}
+
+TYPED_TEST(ObjectStoreContractTest, PutReplaces) {
+  ObjectStore* s = this->store_.get();
+  ASSERT_TRUE(s->Put("k", Bytes(5000, 3)).ok());
+  ASSERT_TRUE(s->Put("k", "short").ok());
+  EXPECT_EQ(Get(s, "k"), "short");
+  EXPECT_EQ(s->Head("k")->size, 5u);
+  EXPECT_EQ(Keys(s, ""), std::vector<std::string>{"k"});
+}
+
+TYPED_TEST(ObjectStoreContractTest, ListByPrefixInKeyOrder) {
+  ObjectStore* s = this->store_.get();
+  for (const char* key : {"run1/step2/b", "run1/step10/a", "top", "run1x", "run10/z",
+                          "run1/step1/x", "run1/step1/.ckptfs-commit.json", "run1/step1/a/deep"}) {
+    ASSERT_TRUE(s->Put(key, key).ok()) << key;
+  }
+  EXPECT_EQ(Keys(s, ""), (std::vector<std::string>{
+                             "run1/step1/.ckptfs-commit.json", "run1/step1/a/deep", "run1/step1/x",
+                             "run1/step10/a", "run1/step2/b", "run10/z", "run1x", "top"}));
+  EXPECT_EQ(Keys(s, "run1/"),
+            (std::vector<std::string>{"run1/step1/.ckptfs-commit.json", "run1/step1/a/deep",
+                                      "run1/step1/x", "run1/step10/a", "run1/step2/b"}));
+  // A plain string prefix, not only a directory boundary.
+  EXPECT_EQ(Keys(s, "run1/step1"),
+            (std::vector<std::string>{"run1/step1/.ckptfs-commit.json", "run1/step1/a/deep",
+                                      "run1/step1/x", "run1/step10/a"}));
+  EXPECT_EQ(Keys(s, "run1"), (std::vector<std::string>{
+                                 "run1/step1/.ckptfs-commit.json", "run1/step1/a/deep",
+                                 "run1/step1/x", "run1/step10/a", "run1/step2/b", "run10/z",
+                                 "run1x"}));
+  EXPECT_EQ(Keys(s, "run1/step1/x"), std::vector<std::string>{"run1/step1/x"});
+  EXPECT_EQ(Keys(s, "run1/step1/."), std::vector<std::string>{"run1/step1/.ckptfs-commit.json"});
+  EXPECT_TRUE(Keys(s, "nope").empty());
+  EXPECT_TRUE(Keys(s, "run1/step3/").empty());
+  EXPECT_TRUE(Keys(s, "../").empty());
+  EXPECT_TRUE(Keys(s, "/run1").empty());
+
+  Result<std::vector<ObjectInfo>> sized = s->List("top");
+  ASSERT_TRUE(sized.ok());
+  ASSERT_EQ(sized->size(), 1u);
+  EXPECT_EQ((*sized)[0].size, 3u);
+}
+
+TYPED_TEST(ObjectStoreContractTest, DeleteIgnoresAbsentKeys) {
+  ObjectStore* s = this->store_.get();
+  ASSERT_TRUE(s->Put("a/1", "x").ok());
+  ASSERT_TRUE(s->Put("a/2", "y").ok());
+  ASSERT_TRUE(s->Put("b", "z").ok());
+  ASSERT_TRUE(s->Delete({"a/1", "missing", "a/2/deeper", "a"}).ok());
+  EXPECT_EQ(s->Head("a/1").err(), ENOENT);
+  EXPECT_EQ(Keys(s, ""), (std::vector<std::string>{"a/2", "b"}));
+  ASSERT_TRUE(s->Delete({}).ok());
+  ASSERT_TRUE(s->Delete({"a/2", "b", "b"}).ok());
+  EXPECT_TRUE(Keys(s, "").empty());
+  // A deleted key can be written again.
+  ASSERT_TRUE(s->Put("a/2", "again").ok());
+  EXPECT_EQ(Get(s, "a/2"), "again");
+}
+
+TYPED_TEST(ObjectStoreContractTest, InvalidKeysAreEinval) {
+  ObjectStore* s = this->store_.get();
+  const std::vector<std::string> bad = {
+      "", "/abs", "trailing/", "a//b", "./a", "a/.", "a/../b", "..", std::string("a\0b", 3),
+      std::string(1025, 'k')};
+  for (const std::string& key : bad) {
+    EXPECT_EQ(ValidateObjectKey(key).err(), EINVAL) << key;
+    EXPECT_EQ(s->Put(key, "x").err(), EINVAL) << key;
+    EXPECT_EQ(s->GetRange(key, 0, 1).err(), EINVAL) << key;
+    EXPECT_EQ(s->Head(key).err(), EINVAL) << key;
+    EXPECT_EQ(s->Delete({"fine", key}).err(), EINVAL) << key;
+    EXPECT_EQ(s->BeginMultipart(key).err(), EINVAL) << key;
+  }
+  for (const std::string& key : {std::string("a"), std::string("a/b.c/..d/.e"),
+                                 std::string(1024, 'k'), std::string("sp ace/ü")}) {
+    EXPECT_TRUE(ValidateObjectKey(key).ok()) << key;
+  }
+  EXPECT_TRUE(Keys(s, "").empty());
+}
+
+// Uploads parts in the given order for a part_count-part object of parts
+// min, min, ..., last_size; returns the expected contents.
+std::string UploadParts(ObjectStore* s, const std::string& key, const std::string& id,
+                        const std::vector<int>& order, int part_count, size_t last_size) {
+  std::vector<std::string> parts;
+  for (int i = 1; i <= part_count; i++) {
+    parts.push_back(Bytes(i == part_count ? last_size : s->min_part_size(), i));
+  }
+  for (int n : order) {
+    Status st = s->UploadPart(key, id, n, parts[n - 1]);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  std::string all;
+  for (const std::string& p : parts) all += p;
+  return all;
+}
+
+TYPED_TEST(ObjectStoreContractTest, MultipartHappyPath) {
+  ObjectStore* s = this->store_.get();
+  Result<std::string> id = s->BeginMultipart("run1/step1/big.bin");
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  Result<std::string> other = s->BeginMultipart("run1/step1/big.bin");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*id, *other);
+  ASSERT_TRUE(s->AbortMultipart("run1/step1/big.bin", *other).ok());
+
+  const std::string want = UploadParts(s, "run1/step1/big.bin", *id, {3, 1, 2}, 3, 1000);
+  // Not visible before Complete.
+  EXPECT_EQ(s->Head("run1/step1/big.bin").err(), ENOENT);
+  EXPECT_TRUE(Keys(s, "").empty());
+  ASSERT_TRUE(s->CompleteMultipart("run1/step1/big.bin", *id, 3).ok());
+  EXPECT_EQ(s->Head("run1/step1/big.bin")->size, want.size());
+  EXPECT_TRUE(Get(s, "run1/step1/big.bin") == want);
+  const uint64_t min = s->min_part_size();
+  EXPECT_EQ(*s->GetRange("run1/step1/big.bin", min - 3, 6), want.substr(min - 3, 6));
+  EXPECT_EQ(Keys(s, ""), std::vector<std::string>{"run1/step1/big.bin"});
+  // The upload is gone once completed.
+  EXPECT_EQ(s->CompleteMultipart("run1/step1/big.bin", *id, 3).err(), ENOENT);
+  EXPECT_EQ(s->AbortMultipart("run1/step1/big.bin", *id).err(), ENOENT);
+}
+
+TYPED_TEST(ObjectStoreContractTest, MultipartSmallSinglePartAndReupload) {
+  ObjectStore* s = this->store_.get();
+  Result<std::string> id = s->BeginMultipart("k");
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(s->UploadPart("k", *id, 1, "first try").ok());
+  ASSERT_TRUE(s->UploadPart("k", *id, 1, "retried").ok());  // the later upload wins
+  ASSERT_TRUE(s->UploadPart("k", *id, 2, "beyond part_count: discarded").ok());
+  ASSERT_TRUE(s->CompleteMultipart("k", *id, 1).ok());  // the last part may be small
+  EXPECT_EQ(Get(s, "k"), "retried");
+}
+
+TYPED_TEST(ObjectStoreContractTest, MultipartPartTooSmall) {
+  ObjectStore* s = this->store_.get();
+  Result<std::string> id = s->BeginMultipart("k");
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(s->UploadPart("k", *id, 1, "tiny").ok());
+  ASSERT_TRUE(s->UploadPart("k", *id, 2, "end").ok());
+  EXPECT_EQ(s->CompleteMultipart("k", *id, 2).err(), EINVAL);
+  EXPECT_EQ(s->Head("k").err(), ENOENT);
+  // The upload survives a refused Complete and can be aborted.
+  EXPECT_TRUE(s->AbortMultipart("k", *id).ok());
+}
+
+TYPED_TEST(ObjectStoreContractTest, MultipartMissingPart) {
+  ObjectStore* s = this->store_.get();
+  Result<std::string> id = s->BeginMultipart("k");
+  ASSERT_TRUE(id.ok());
+  UploadParts(s, "k", *id, {1, 3}, 3, 10);
+  EXPECT_EQ(s->CompleteMultipart("k", *id, 3).err(), EINVAL);
+  EXPECT_EQ(s->CompleteMultipart("k", *id, 0).err(), EINVAL);
+  EXPECT_EQ(s->UploadPart("k", *id, 0, "x").err(), EINVAL);
+  EXPECT_EQ(s->UploadPart("k", *id, 10001, "x").err(), EINVAL);
+  EXPECT_EQ(s->Head("k").err(), ENOENT);
+  EXPECT_TRUE(s->AbortMultipart("k", *id).ok());
+}
+
+TYPED_TEST(ObjectStoreContractTest, MultipartAbortAndUnknownUploads) {
+  ObjectStore* s = this->store_.get();
+  ASSERT_TRUE(s->Put("k", "old").ok());
+  Result<std::string> id = s->BeginMultipart("k");
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(s->UploadPart("k", *id, 1, "new").ok());
+  ASSERT_TRUE(s->AbortMultipart("k", *id).ok());
+  EXPECT_EQ(Get(s, "k"), "old");  // an aborted upload leaves the old object alone
+  EXPECT_EQ(s->UploadPart("k", *id, 1, "x").err(), ENOENT);
+  EXPECT_EQ(s->CompleteMultipart("k", *id, 1).err(), ENOENT);
+  EXPECT_EQ(s->AbortMultipart("k", *id).err(), ENOENT);
+
+  Result<std::string> live = s->BeginMultipart("k");
+  ASSERT_TRUE(live.ok());
+  EXPECT_EQ(s->UploadPart("other", *live, 1, "x").err(), ENOENT);  // upload of another key
+  EXPECT_EQ(s->CompleteMultipart("other", *live, 1).err(), ENOENT);
+  for (const std::string& bogus : {std::string("bogus"), std::string("../../etc"),
+                                   std::string(32, '0'), std::string()}) {
+    EXPECT_EQ(s->UploadPart("k", bogus, 1, "x").err(), ENOENT) << bogus;
+    EXPECT_EQ(s->CompleteMultipart("k", bogus, 1).err(), ENOENT) << bogus;
+    EXPECT_EQ(s->AbortMultipart("k", bogus).err(), ENOENT) << bogus;
+  }
+  EXPECT_TRUE(s->AbortMultipart("k", *live).ok());
+  EXPECT_EQ(Keys(s, ""), std::vector<std::string>{"k"});
+}
+
+TYPED_TEST(ObjectStoreContractTest, ConcurrentPutsAndDeletes) {
+  ObjectStore* s = this->store_.get();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; t++) {
+    threads.emplace_back([s, t] {
+      for (int i = 0; i < 50; i++) {
+        const std::string mine = "shared/t" + std::to_string(t) + "/k" + std::to_string(i);
+        const std::string kept = "shared/keep/t" + std::to_string(t) + "k" + std::to_string(i);
+        EXPECT_TRUE(s->Put(mine, "x").ok());
+        EXPECT_TRUE(s->Put(kept, mine).ok());
+        EXPECT_TRUE(s->Delete({mine}).ok());
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  const std::vector<std::string> keys = Keys(s, "");
+  EXPECT_EQ(keys.size(), 200u);
+  for (const std::string& k : keys) EXPECT_EQ(k.rfind("shared/keep/", 0), 0u) << k;
+}
+
+// ---- FileObjectStore ----
+
+class FileObjectStoreTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    Result<std::unique_ptr<FileObjectStore>> s = FileObjectStore::Open(dir_.path(), 1024);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+  std::string Path(const std::string& rel) const { return dir_.path() + "/" + rel; }
+  std::string ReadFile(const std::string& rel) const {
+    std::ifstream in(Path(rel), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  // Everything under dir, directories included, as relative paths.
+  std::vector<std::string> Tree() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(dir_.path())) {
+      out.push_back(fs::relative(e.path(), dir_.path()).string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  size_t Entries(const std::string& rel) const {
+    if (!fs::exists(Path(rel))) return 0;
+    return static_cast<size_t>(std::distance(fs::directory_iterator(Path(rel)), {}));
+  }
+
+  TempDir dir_;
+  std::unique_ptr<FileObjectStore> store_;
+};
+
+TEST_F(FileObjectStoreTest, OpenRequiresAnExistingDirectory) {
+  const std::string missing = dir_.path() + "/missing";
+  Result<std::unique_ptr<ObjectStore>> r = OpenFileObjectStore(missing);
+  EXPECT_EQ(r.err(), ENOENT);
+  EXPECT_NE(r.status().message().find(missing), std::string::npos) << r.status().message();
+  EXPECT_FALSE(fs::exists(missing));
+  std::ofstream(Path("plain")) << "x";
+  EXPECT_EQ(OpenFileObjectStore(Path("plain")).err(), ENOTDIR);
+  EXPECT_EQ(OpenFileObjectStore("").err(), ENOENT);
+
+  Result<std::unique_ptr<ObjectStore>> slash = OpenFileObjectStore(dir_.path() + "/");
+  ASSERT_TRUE(slash.ok());
+  EXPECT_EQ((*slash)->Describe(), "file://" + dir_.path());
+  EXPECT_EQ(store_->Describe(), "file://" + dir_.path());
+  EXPECT_EQ(store_->min_part_size(), 1024u);
+  EXPECT_EQ(Tree(), std::vector<std::string>{"plain"});  // opening creates nothing
+}
+
+TEST_F(FileObjectStoreTest, ObjectsArePlainFilesAtNaturalPaths) {
+  const std::string data = Bytes(3000, 9);
+  ASSERT_TRUE(store_->Put("run1/step1/model.safetensors", data).ok());
+  EXPECT_EQ(ReadFile("run1/step1/model.safetensors"), data);
+
+  Result<std::string> id = store_->BeginMultipart("run1/step1/big");
+  ASSERT_TRUE(id.ok());
+  const std::string want = UploadParts(store_.get(), "run1/step1/big", *id, {2, 1, 3}, 3, 7);
+  EXPECT_FALSE(fs::exists(Path("run1/step1/big")));
+  ASSERT_TRUE(store_->CompleteMultipart("run1/step1/big", *id, 3).ok());
+  EXPECT_EQ(ReadFile("run1/step1/big"), want);
+
+  // And files put there by other tools are objects.
+  fs::create_directories(Path("other/tool"));
+  std::ofstream(Path("other/tool/file"), std::ios::binary) << "hello";
+  EXPECT_EQ(Get(store_.get(), "other/tool/file"), "hello");
+  EXPECT_EQ(Keys(store_.get(), "other/"), std::vector<std::string>{"other/tool/file"});
+}
+
+TEST_F(FileObjectStoreTest, NoTemporaryFilesLeftBehind) {
+  ASSERT_TRUE(store_->Put("a/b", "x").ok());
+  ASSERT_TRUE(store_->Put("a/b", "replaced").ok());
+  Result<std::string> done = store_->BeginMultipart("a/c");
+  ASSERT_TRUE(done.ok());
+  UploadParts(store_.get(), "a/c", *done, {1, 2}, 2, 5);
+  ASSERT_TRUE(store_->CompleteMultipart("a/c", *done, 2).ok());
+  Result<std::string> aborted = store_->BeginMultipart("a/d");
+  ASSERT_TRUE(aborted.ok());
+  ASSERT_TRUE(store_->UploadPart("a/d", *aborted, 1, "x").ok());
+  ASSERT_TRUE(store_->AbortMultipart("a/d", *aborted).ok());
+  EXPECT_EQ(store_->CompleteMultipart("a/c", "0123456789abcdef0123456789abcdef", 1).err(),
+            ENOENT);
+  EXPECT_EQ(Entries(".ckptfs-tmp"), 0u);
+  EXPECT_EQ(Entries(".ckptfs-multipart"), 0u);
+  EXPECT_EQ(Keys(store_.get(), ""), (std::vector<std::string>{"a/b", "a/c"}));
+}
+
+TEST_F(FileObjectStoreTest, DeletePrunesEmptyDirectories) {
+  ASSERT_TRUE(store_->Put("a/b/c/obj", "1").ok());
+  ASSERT_TRUE(store_->Put("a/other", "2").ok());
+  ASSERT_TRUE(store_->Delete({"a/b/c/obj"}).ok());
+  EXPECT_FALSE(fs::exists(Path("a/b")));
+  EXPECT_TRUE(fs::exists(Path("a/other")));
+  ASSERT_TRUE(store_->Delete({"a/other"}).ok());
+  EXPECT_FALSE(fs::exists(Path("a")));
+  EXPECT_TRUE(fs::is_directory(dir_.path()));
+  EXPECT_TRUE(Tree().empty() || Tree() == std::vector<std::string>{".ckptfs-tmp"});
+}
+
+TEST_F(FileObjectStoreTest, CrashLeftoversAreIgnored) {
+  ASSERT_TRUE(store_->Put("run/obj", "real").ok());
+  // What a crash mid-Put and mid-upload leaves behind.
+  fs::create_directories(Path(".ckptfs-tmp"));
+  std::ofstream(Path(".ckptfs-tmp/0123abcd")) << "partial";
+  fs::create_directories(Path(".ckptfs-multipart/00112233445566778899aabbccddeeff"));
+  std::ofstream(Path(".ckptfs-multipart/00112233445566778899aabbccddeeff/part-00001")) << "p";
+  EXPECT_EQ(Keys(store_.get(), ""), std::vector<std::string>{"run/obj"});
+  EXPECT_TRUE(Keys(store_.get(), ".ckptfs").empty());
+  // The upload without its key file is unknown.
+  EXPECT_EQ(store_->CompleteMultipart("run/obj", "00112233445566778899aabbccddeeff", 1).err(),
+            ENOENT);
+  // The reserved names are not keys.
+  EXPECT_EQ(store_->Head(".ckptfs-tmp/0123abcd").err(), EINVAL);
+  EXPECT_EQ(store_->Put(".ckptfs-multipart/x", "x").err(), EINVAL);
+  EXPECT_TRUE(store_->Put("x/.ckptfs-tmp", "fine below the top").ok());
+  // Symlinks and other non-files are not objects.
+  fs::create_symlink(Path("run/obj"), Path("run/link"));
+  EXPECT_EQ(Keys(store_.get(), "run/"), std::vector<std::string>{"run/obj"});
+  EXPECT_EQ(store_->Head("run/link").err(), ENOENT);
+  EXPECT_EQ(store_->GetRange("run/link", 0, 4).err(), ENOENT);
+}
+
+TEST_F(FileObjectStoreTest, ObjectCannotAlsoBeADirectory) {
+  ASSERT_TRUE(store_->Put("a", "x").ok());
+  EXPECT_FALSE(store_->Put("a/b", "y").ok());
+  ASSERT_TRUE(store_->Put("d/e", "x").ok());
+  EXPECT_FALSE(store_->Put("d", "y").ok());
+  EXPECT_EQ(Entries(".ckptfs-tmp"), 0u);
+  EXPECT_EQ(Keys(store_.get(), ""), (std::vector<std::string>{"a", "d/e"}));
+}
+
+// ---- MemoryObjectStore ----
+
+TEST(MemoryObjectStoreTest, FailNextFailsThenRecovers) {
+  MemoryObjectStore s;
+  ASSERT_TRUE(s.Put("k", "old").ok());
+  s.FailNext(2, EIO);
+  EXPECT_EQ(s.Put("k", "new").err(), EIO);
+  EXPECT_EQ(s.GetRange("k", 0, 3).err(), EIO);
+  EXPECT_EQ(*s.Peek("k"), "old");  // the failed Put changed nothing
+  EXPECT_EQ(Get(&s, "k"), "old");
+  ASSERT_TRUE(s.Put("k", "new").ok());
+  EXPECT_EQ(*s.Peek("k"), "new");
+
+  // Faults come before validation, and apply to every method.
+  s.FailNext(8, ENOSPC);
+  EXPECT_EQ(s.Put("", "x").err(), ENOSPC);
+  EXPECT_EQ(s.BeginMultipart("m").err(), ENOSPC);
+  EXPECT_EQ(s.UploadPart("m", "id", 1, "x").err(), ENOSPC);
+  EXPECT_EQ(s.CompleteMultipart("m", "id", 1).err(), ENOSPC);
+  EXPECT_EQ(s.AbortMultipart("m", "id").err(), ENOSPC);
+  EXPECT_EQ(s.Head("k").err(), ENOSPC);
+  EXPECT_EQ(s.List("").err(), ENOSPC);
+  EXPECT_EQ(s.Delete({"k"}).err(), ENOSPC);
+  EXPECT_EQ(s.object_count(), 1u);
+  EXPECT_EQ(s.upload_count(), 0u);
+  EXPECT_TRUE(s.Head("k").ok());
+
+  s.FailNext(5, EIO);
+  s.FailNext(0, EIO);  // cancels
+  EXPECT_TRUE(s.Head("k").ok());
+}
+
+TEST(MemoryObjectStoreTest, FailedCompleteKeepsTheUpload) {
+  MemoryObjectStore s(/*min_part_size=*/4);
+  Result<std::string> id = s.BeginMultipart("k");
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(s.UploadPart("k", *id, 1, "abcd").ok());
+  ASSERT_TRUE(s.UploadPart("k", *id, 2, "e").ok());
+  s.FailNext(1, ETIMEDOUT);
+  EXPECT_EQ(s.CompleteMultipart("k", *id, 2).err(), ETIMEDOUT);
+  EXPECT_EQ(s.upload_count(), 1u);
+  EXPECT_FALSE(s.Peek("k").has_value());
+  ASSERT_TRUE(s.CompleteMultipart("k", *id, 2).ok());  // the retry succeeds
+  EXPECT_EQ(*s.Peek("k"), "abcde");
+  EXPECT_EQ(s.upload_count(), 0u);
+}
+
+TEST(MemoryObjectStoreTest, UnavailableFailsEverythingWithEhostunreach) {
+  MemoryObjectStore s;
+  ASSERT_TRUE(s.Put("k", "v").ok());
+  s.FailNext(1, EIO);
+  s.SetUnavailable(true);
+  EXPECT_EQ(s.Put("k2", "v").err(), EHOSTUNREACH);
+  EXPECT_EQ(s.GetRange("k", 0, 1).err(), EHOSTUNREACH);
+  EXPECT_EQ(s.Head("k").err(), EHOSTUNREACH);
+  EXPECT_EQ(s.List("").err(), EHOSTUNREACH);
+  EXPECT_EQ(s.Delete({"k"}).err(), EHOSTUNREACH);
+  EXPECT_EQ(s.BeginMultipart("k").err(), EHOSTUNREACH);
+  EXPECT_EQ(s.object_count(), 1u);
+  s.SetUnavailable(false);
+  EXPECT_EQ(s.Head("k").err(), EIO);  // the pending FailNext was not used up
+  EXPECT_TRUE(s.Head("k").ok());
+  EXPECT_EQ(s.Describe(), "memory://");
+}
+
+TEST(MemoryObjectStoreTest, CountersCountCallsIncludingFailures) {
+  MemoryObjectStore s(/*min_part_size=*/2);
+  ASSERT_TRUE(s.Put("a", "1").ok());
+  s.FailNext(1, EIO);
+  EXPECT_FALSE(s.Put("a", "2").ok());
+  Result<std::string> id = s.BeginMultipart("m");
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(s.UploadPart("m", *id, 1, "xy").ok());
+  ASSERT_TRUE(s.UploadPart("m", *id, 2, "z").ok());
+  ASSERT_TRUE(s.CompleteMultipart("m", *id, 2).ok());
+  EXPECT_TRUE(s.GetRange("m", 0, 10).ok());
+  EXPECT_TRUE(s.GetRange("m", 1, 1).ok());
+  EXPECT_TRUE(s.Head("m").ok());
+  EXPECT_TRUE(s.List("").ok());
+  EXPECT_TRUE(s.Delete({"a", "nope"}).ok());
+  EXPECT_EQ(s.put_calls(), 2u);
+  EXPECT_EQ(s.begin_calls(), 1u);
+  EXPECT_EQ(s.part_calls(), 2u);
+  EXPECT_EQ(s.complete_calls(), 1u);
+  EXPECT_EQ(s.abort_calls(), 0u);
+  EXPECT_EQ(s.get_calls(), 2u);
+  EXPECT_EQ(s.head_calls(), 1u);
+  EXPECT_EQ(s.list_calls(), 1u);
+  EXPECT_EQ(s.delete_calls(), 1u);
+  EXPECT_EQ(s.object_count(), 1u);
+  EXPECT_EQ(*s.Peek("m"), "xyz");
+  EXPECT_FALSE(s.Peek("a").has_value());
+  EXPECT_EQ(s.min_part_size(), 2u);
+}
+
+}  // namespace
+}  // namespace ckptfs
