@@ -14,6 +14,7 @@
 #include "cli/daemon.h"
 #include "cli/mount_options.h"
 #include "cli/mount_table.h"
+#include "cli/status_command.h"
 
 namespace ckptfs {
 namespace {
@@ -22,6 +23,7 @@ const char* const kUsage =
     "usage: ckptfs mount MOUNTPOINT [--cache DIR] [--foreground] [options]\n"
     "       ckptfs commit STEP_DIR...\n"
     "       ckptfs retention --dry-run RUN_DIR\n"
+    "       ckptfs status [MOUNTPOINT] [--json]\n"
     "       ckptfs --help | --version\n"
     "\n"
     "A FUSE filesystem for training checkpoints: steps land on local disk and are\n"
@@ -186,6 +188,7 @@ int main(int argc, char** argv) {
   if (cmd == "mount") return Mount(argc - 1, argv + 1);
   if (cmd == "commit") return Commit(argc - 1, argv + 1);
   if (cmd == "retention") return Retention(argc - 1, argv + 1);
+  if (cmd == "status") return StatusCommand(argc - 1, argv + 1);
   std::fprintf(stderr, "ckptfs: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

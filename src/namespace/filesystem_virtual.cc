@@ -61,7 +61,18 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
 std::string FileSystem::RenderControlFile(uint64_t ino) {
   if (ino == kEventsFileIno) return events_->Render();
   std::vector<StatusStep> steps;
-  for (const auto& [step_ino, rec] : steps_) steps.push_back(StatusStep{PathOfLocked(step_ino), rec});
+  for (const auto& [step_ino, rec] : steps_) {
+    StatusStep s{PathOfLocked(step_ino), rec};
+    if (rec.state != StepState::kCommitted) {
+      // Not frozen yet: what is there now, as the step's xattrs show it.
+      std::vector<std::pair<std::string, uint64_t>> files;
+      if (Inode* dir = Find(step_ino)) CollectFiles(dir, "", &files);
+      s.rec.files = files.size();
+      s.rec.bytes = 0;
+      for (const auto& f : files) s.rec.bytes += Find(f.second)->rec.size;
+    }
+    steps.push_back(std::move(s));
+  }
   std::sort(steps.begin(), steps.end(),
             [](const StatusStep& a, const StatusStep& b) { return a.path < b.path; });
   StatusInfo info;

@@ -676,3 +676,22 @@ def test_already_mounted(ckptfs):
     with open("/proc/mounts") as f:
         n = sum(1 for line in f if line.split()[1] == os.path.realpath(ckptfs.mnt))
     assert n == 1, "stacked a second mount on the mountpoint"
+
+
+def test_status_command(ckptfs):
+    written = make_step(ckptfs, "run1/step100")
+    commit_ok(ckptfs, "run1/step100")
+    make_step(ckptfs, "run1/step200", {"part.bin": b"p" * 2048})
+    r = run_cli("status", ckptfs.mnt)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(l.strip() == "run1" for l in lines), r.stdout
+    row100 = next(l for l in lines if l.split()[:2] == ["100", "committed"])
+    assert row100.split()[4] == str(len(written)), row100          # FILES column
+    row200 = next(l for l in lines if l.split()[:2] == ["200", "writing"])
+    assert "2.0 KiB" in row200, row200                             # current size while writing
+    r = run_cli("status", ckptfs.mnt, "--json")
+    assert r.returncode == 0
+    assert {s["path"] for s in json.loads(r.stdout)["steps"]} == {"run1/step100", "run1/step200"}
+    r = run_cli("status", "/tmp")
+    assert r.returncode != 0 and "not a ckptfs mount" in r.stderr

@@ -1,0 +1,129 @@
+#include "cli/status_command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "cli/mount_table.h"
+
+namespace ckptfs {
+
+namespace {
+
+std::string HumanBytes(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 5) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
+  return buf;
+}
+
+std::string HumanAge(double seconds) {
+  if (seconds < 0) seconds = 0;
+  char buf[32];
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof buf, "%.0fs", seconds);
+  } else if (seconds < 3600) {
+    std::snprintf(buf, sizeof buf, "%.0fm", seconds / 60);
+  } else if (seconds < 86400) {
+    std::snprintf(buf, sizeof buf, "%.1fh", seconds / 3600);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1fd", seconds / 86400);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
+  std::ostringstream out;
+  out << "ckptfs " << status.value("version", "?") << " (pid " << status.value("pid", 0) << ") on "
+      << status.value("mountpoint", "?") << "\n";
+  if (status.contains("cache") && status["cache"].is_object()) {
+    const auto& cache = status["cache"];
+    const double total = cache.value("bytes_total", 0.0);
+    const double free_bytes = cache.value("bytes_free", 0.0);
+    out << "cache: " << cache.value("dir", "?") << ", " << HumanBytes(total - free_bytes) << " used of "
+        << HumanBytes(total) << " (" << HumanBytes(free_bytes) << " free)\n";
+  }
+  // One table per run directory, in path order; steps by number.
+  std::map<std::string, std::vector<nlohmann::json>> runs;
+  for (const auto& step : status.value("steps", nlohmann::json::array())) {
+    const std::string path = step.value("path", "");
+    const size_t slash = path.rfind('/');
+    runs[slash == std::string::npos ? "/" : path.substr(0, slash)].push_back(step);
+  }
+  if (runs.empty()) out << "\nno checkpoint steps yet\n";
+  for (auto& [run, steps] : runs) {
+    std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
+      return a.value("step", 0LL) < b.value("step", 0LL);
+    });
+    out << "\n" << run << "\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-10s %-11s %10s %7s  %-6s %6s  %s\n", "STEP", "STATE", "SIZE",
+                  "FILES", "WHERE", "AGE", "NOTE");
+    out << line;
+    for (const auto& s : steps) {
+      const bool committed = s.value("state", "") == "committed";
+      const auto& at = s["committed_at"];
+      const std::string age = committed && at.is_number() ? HumanAge(now_s - at.get<double>()) : "-";
+      std::snprintf(line, sizeof line, "  %-10lld %-11s %10s %7lld  %-6s %6s  %s\n",
+                    static_cast<long long>(s.value("step", 0LL)), s.value("state", "?").c_str(),
+                    HumanBytes(s.value("bytes", 0.0)).c_str(), static_cast<long long>(s.value("files", 0LL)),
+                    "local", age.c_str(), s.value("error", "").c_str());
+      out << line;
+    }
+  }
+  return out.str();
+}
+
+int StatusCommand(int argc, char** argv) {
+  std::string mnt = "/ckpt";
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "-h" || arg == "--help") {
+      std::puts("usage: ckptfs status [MOUNTPOINT] [--json]   (MOUNTPOINT defaults to /ckpt)");
+      return 0;
+    } else if (!arg.empty() && arg[0] == '-') {
+      std::fprintf(stderr, "ckptfs status: unknown option %s\n", arg.c_str());
+      return 2;
+    } else {
+      mnt = arg;
+    }
+  }
+  if (FsTypeOf(mnt) != "fuse.ckptfs") {
+    std::fprintf(stderr, "ckptfs status: %s is not a ckptfs mount\n", mnt.c_str());
+    return 1;
+  }
+  std::ifstream in(mnt + "/.ckptfs/status.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    std::fprintf(stderr, "ckptfs status: cannot read %s/.ckptfs/status.json\n", mnt.c_str());
+    return 1;
+  }
+  if (json) {
+    std::fputs(text.str().c_str(), stdout);
+    return 0;
+  }
+  auto status = nlohmann::json::parse(text.str(), nullptr, false);
+  if (status.is_discarded()) {
+    std::fprintf(stderr, "ckptfs status: %s/.ckptfs/status.json is not valid JSON\n", mnt.c_str());
+    return 1;
+  }
+  std::fputs(RenderStatusTable(status, static_cast<double>(std::time(nullptr))).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace ckptfs

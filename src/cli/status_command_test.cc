@@ -1,0 +1,42 @@
+#include "cli/status_command.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptfs {
+namespace {
+
+TEST(StatusCommandTest, OneTablePerRunWithSizesAgesAndReasons) {
+  const auto status = nlohmann::json::parse(R"({
+    "version": "0.1.0", "pid": 42, "mountpoint": "/ckpt",
+    "cache": {"dir": "/nvme/c", "bytes_total": 1099511627776, "bytes_free": 549755813888},
+    "steps": [
+      {"path": "run1/step200", "step": 200, "state": "writing", "bytes": 10, "files": 1,
+       "committed_at": null, "error": "waiting for __3_0.distcp"},
+      {"path": "run1/step100", "step": 100, "state": "committed", "bytes": 5368709120, "files": 33,
+       "committed_at": 1000.0, "error": ""},
+      {"path": "step5", "step": 5, "state": "incomplete", "bytes": 0, "files": 0,
+       "committed_at": null, "error": "the daemon stopped"}]})");
+  const std::string table = RenderStatusTable(status, 1000.0 + 7200);
+  EXPECT_NE(table.find("ckptfs 0.1.0 (pid 42) on /ckpt"), std::string::npos) << table;
+  EXPECT_NE(table.find("512.0 GiB used of 1.0 TiB"), std::string::npos) << table;
+  const size_t run1 = table.find("\nrun1\n");
+  const size_t root = table.find("\n/\n");
+  ASSERT_NE(run1, std::string::npos) << table;
+  ASSERT_NE(root, std::string::npos) << table;
+  // Steps by number within their run: 100 before 200.
+  const size_t s100 = table.find("100 ", run1);
+  const size_t s200 = table.find("200 ", run1);
+  ASSERT_NE(s100, std::string::npos);
+  EXPECT_LT(s100, s200);
+  EXPECT_NE(table.find("5.0 GiB"), std::string::npos) << table;
+  EXPECT_NE(table.find("2.0h"), std::string::npos) << table;
+  EXPECT_NE(table.find("waiting for __3_0.distcp"), std::string::npos) << table;
+}
+
+TEST(StatusCommandTest, EmptyMount) {
+  const auto status = nlohmann::json::parse(R"({"version": "0.1.0", "pid": 1, "mountpoint": "/m", "steps": []})");
+  EXPECT_NE(RenderStatusTable(status, 0).find("no checkpoint steps yet"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ckptfs
