@@ -254,7 +254,10 @@ Completeness CheckOlmoTrainer(const StepFiles& step, uint64_t size) {
   if (dcp.verdict != Verdict::kComplete) return dcp;
   if (!step.FileSize("train/rank0.pt"))
     return Make(Verdict::kWaiting, "waiting for train/rank0.pt");
-  return Make(Verdict::kComplete, "OLMo-core trainer checkpoint; " + dcp.reason);
+  Completeness done = Make(Verdict::kComplete, "OLMo-core trainer checkpoint; " + dcp.reason);
+  const auto eph = doc->find("ephemeral");
+  done.ephemeral = eph != doc->end() && eph->is_boolean() && eph->get<bool>();
+  return done;
 }
 
 // model/ and optim/ of save_model_and_optim_state; nullopt when neither has a

@@ -71,6 +71,10 @@ struct Completeness {
   // Why: for kWaiting/kBroken the text for user.ckptfs.error and events; for
   // kComplete/kUnknownFormat a short description of what was (not) checked.
   std::string reason;
+  // The trainer itself marked the checkpoint ephemeral (OLMo-core's
+  // .metadata.json {"ephemeral": true}); retention removes it once a newer
+  // step commits, when the run has a retention policy.
+  bool ephemeral = false;
 };
 
 const char* CompletenessVerdictName(Completeness::Verdict verdict);

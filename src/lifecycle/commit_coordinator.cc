@@ -149,6 +149,7 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   if (!plan.ok()) return;  // waiting for writers, already done, or timed out
 
   Completeness check = CheckStepCompleteness(PlanFiles(fs_, *plan));
+  plan->ephemeral = check.ephemeral;
   if (check.verdict == Completeness::Verdict::kWaiting) {
     fs_->AbortCommit(step_ino, Status::Error(EAGAIN, check.reason), /*waiting=*/true, /*broken=*/false);
     return;

@@ -251,6 +251,41 @@ TEST(CommitTest, DcpStepWaitsForMissingShardsInAnyFileOrder) {
   EXPECT_EQ(StateOf(fs, step), "committed");
 }
 
+// OLMo-core's trainer writes {"ephemeral": true} in .metadata.json for its
+// ephemeral checkpoints: with a retention policy, such a step goes as soon as
+// a newer step commits; a permanent (non-ephemeral) one stays.
+TEST(CommitTest, OlmoEphemeralCheckpointIsPrunedOnceANewerStepCommits) {
+  const std::string dcp = "testdata/dcp/torch-1.13/ckpt113/";
+  const std::string meta = SlurpShared(dcp + ".metadata");
+  ASSERT_FALSE(meta.empty()) << "shared testdata missing";
+  FileSystemOptions options;
+  ASSERT_TRUE(SetPolicyRule("keep_every", "1000", &options.retention).ok());
+  FsEnv env(options);
+  auto& fs = env.fs();
+  const uint64_t run = Mkdir(fs, kRootIno, "run");
+  auto save = [&](int64_t n, bool ephemeral) {
+    const uint64_t step = Mkdir(fs, run, "step" + std::to_string(n));
+    const uint64_t mo = Mkdir(fs, step, "model_and_optim");
+    for (const char* shard : {"__0_0.distcp", "__0_1.distcp", "__0_2.distcp", "__0_3.distcp"}) {
+      WriteFile(fs, mo, shard, SlurpShared(dcp + shard));
+    }
+    WriteFile(fs, mo, ".metadata", meta);
+    WriteFile(fs, Mkdir(fs, step, "train"), "rank0.pt", "trainer state");
+    WriteFile(fs, step, ".metadata.json",
+              std::string("{\"ephemeral\": ") + (ephemeral ? "true" : "false") + ", \"version\": \"2.1.0\"}");
+    env.DrainCommits();
+    EXPECT_EQ(*fs.GetXattr(step, "user.ckptfs.state"), "committed") << n;
+    return step;
+  };
+  save(1000, false);
+  save(1100, true);
+  EXPECT_TRUE(fs.Lookup(run, "step1100").ok());  // newest: kept
+  save(1200, false);
+  EXPECT_EQ(fs.Lookup(run, "step1100").err(), ENOENT);  // ephemeral, superseded
+  EXPECT_TRUE(fs.Lookup(run, "step1000").ok());          // keep_every
+  EXPECT_TRUE(fs.Lookup(run, "step1200").ok());          // newest
+}
+
 TEST(CommitTest, MalformedMetadataMakesTheStepBroken) {
   FsEnv env;
   auto& fs = env.fs();

@@ -125,7 +125,7 @@ bool InodeRecord::operator==(const InodeRecord& o) const {
 
 bool StepRecord::operator==(const StepRecord& o) const {
   return state == o.state && step == o.step && SameTime(committed_at, o.committed_at) &&
-         bytes == o.bytes && files == o.files && error == o.error;
+         bytes == o.bytes && files == o.files && error == o.error && ephemeral == o.ephemeral;
 }
 
 const char* StepStateName(StepState state) {
@@ -250,6 +250,7 @@ std::string EncodeStep(const StepRecord& rec) {
   e.U64(rec.bytes);
   e.U64(rec.files);
   e.String(rec.error);
+  e.U8(rec.ephemeral ? 1 : 0);
   return std::move(e).Finish();
 }
 
@@ -265,6 +266,7 @@ Result<StepRecord> DecodeStep(std::string_view value) {
   rec.bytes = d.U64();
   rec.files = d.U64();
   rec.error = d.String();
+  rec.ephemeral = d.Bool();
   if (!d.Done()) return Corrupt("step");
   return rec;
 }

@@ -62,6 +62,7 @@ struct StepRecord {
   uint64_t bytes = 0;  // at commit: total bytes of the step's regular files
   uint64_t files = 0;  // at commit: number of regular files
   std::string error;   // why it is not committed yet, or why it is broken
+  bool ephemeral = false;  // the trainer marked it ephemeral (OLMo-core)
 
   bool operator==(const StepRecord&) const;
 };

@@ -127,6 +127,15 @@ TEST(RecordsTest, StepRoundTripEveryState) {
   }
 }
 
+TEST(RecordsTest, StepEphemeralFlagRoundTrips) {
+  StepRecord rec = SampleStep();
+  rec.ephemeral = true;
+  std::string encoded = EncodeStep(rec);
+  EXPECT_EQ(*DecodeStep(encoded), rec);
+  encoded.back() = 2;  // the flag is the last byte; only 0 and 1 are valid
+  EXPECT_EQ(DecodeStep(encoded).err(), EIO);
+}
+
 TEST(RecordsTest, StepRoundTripEdgeValues) {
   StepRecord rec;
   rec.state = StepState::kIncomplete;
@@ -200,10 +209,11 @@ TEST(RecordsTest, TruncatedOrExtendedValuesAreCorrupt) {
 
 TEST(RecordsTest, HugeStringLengthIsCorruptNotAnOverread) {
   std::string value = EncodeStep(SampleStep());
-  // The error string's length is the last four bytes (the string is empty).
-  value.replace(value.size() - 4, 4, "\xff\xff\xff\xff");
+  // The error string's length is the four bytes before the final ephemeral
+  // flag (the string is empty).
+  value.replace(value.size() - 5, 4, "\xff\xff\xff\xff");
   EXPECT_EQ(DecodeStep(value).err(), EIO);
-  value.replace(value.size() - 4, 4, std::string("\x01\0\0\0", 4));
+  value.replace(value.size() - 5, 4, std::string("\x02\0\0\0", 4));
   EXPECT_EQ(DecodeStep(value).err(), EIO);  // one byte promised, none there
 }
 

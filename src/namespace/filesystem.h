@@ -205,6 +205,7 @@ class FileSystem {
       uint64_t size = 0;
     };
     std::vector<File> files;
+    bool ephemeral = false;  // set by the coordinator from the step's own metadata
   };
   // Reserves the step for committing when it wants a commit and has no file
   // open for writing. EAGAIN: files still open (the last close asks again);

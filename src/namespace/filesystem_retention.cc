@@ -90,6 +90,7 @@ std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
     f.step = step->second.step;
     f.phase = PhaseOf(step->second.state);
     f.committed_at_s = step->second.committed_at.tv_sec;
+    f.ephemeral = step->second.ephemeral;
     auto pin = dir->xattrs.find("user.ckptfs.pin");
     f.pinned = pin != dir->xattrs.end() && pin->second == "1";
     auto score = dir->xattrs.find("user.ckptfs.score");

@@ -233,6 +233,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   rec.bytes = 0;
   rec.files = 0;
   rec.error.clear();
+  rec.ephemeral = plan.ephemeral;
   // Inode numbers, not pointers: retention below may evict inodes.
   std::vector<uint64_t> sealed;
   for (const auto& file : plan.files) {
