@@ -14,29 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_dir_for_test.h"
 #include "data/memory_data_store.h"
 #include "data/posix_data_store.h"
 
 namespace ckptfs {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ckptfs_data_test.XXXXXX";
-    const char* made = ::mkdtemp(tmpl);
-    EXPECT_NE(made, nullptr);
-    path_ = made ? made : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = TempDirForTest;
 
 struct MemoryFactory {
   std::unique_ptr<DataStore> Open() { return std::make_unique<MemoryDataStore>(); }

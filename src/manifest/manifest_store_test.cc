@@ -14,29 +14,14 @@
 #include <fstream>
 #include <thread>
 
+#include "common/temp_dir_for_test.h"
 #include "manifest/memory_manifest_store.h"
 #include "manifest/rocksdb_manifest_store.h"
 
 namespace ckptfs {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ckptfs_manifest_test.XXXXXX";
-    const char* made = ::mkdtemp(tmpl);
-    EXPECT_NE(made, nullptr);
-    path_ = made ? made : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = TempDirForTest;
 
 struct MemoryFactory {
   std::unique_ptr<ManifestStore> Open() { return std::make_unique<MemoryManifestStore>(); }

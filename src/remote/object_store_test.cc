@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/temp_dir_for_test.h"
 #include "remote/file_object_store.h"
 #include "remote/memory_object_store.h"
 #include "remote/object_store.h"
@@ -23,25 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ckptfs_object_store_test.XXXXXX";
-    const char* made = ::mkdtemp(tmpl);
-    EXPECT_NE(made, nullptr);
-    path_ = made ? made : "";
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = TempDirForTest;
 
 struct MemoryFactory {
   std::unique_ptr<ObjectStore> Open() { return std::make_unique<MemoryObjectStore>(); }

@@ -490,3 +490,16 @@ def utimensat(path, atime, mtime, follow=True):
     if r != 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e), path)
+
+
+def expect_errno(err, fn, *args, **kw):
+    """Call fn and require OSError with errno `err` (an int or a tuple of accepted ones)."""
+    import pytest
+    accepted = err if isinstance(err, tuple) else (err,)
+    with pytest.raises(OSError) as ei:
+        fn(*args, **kw)
+    got = ei.value.errno
+    assert got in accepted, (f"{getattr(fn, '__name__', fn)}{args}: errno "
+                             f"{errno.errorcode.get(got, got)}, expected "
+                             f"{'/'.join(errno.errorcode[a] for a in accepted)}")
+    return ei.value

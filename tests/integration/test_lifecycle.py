@@ -12,20 +12,10 @@ import time
 
 import pytest
 
-from ckptfs_testlib import (CKPTFS_BIN, _pid_alive, _wait_pid_gone, daemon_pids_for,
+from ckptfs_testlib import (expect_errno, CKPTFS_BIN, _pid_alive, _wait_pid_gone, daemon_pids_for,
                             mounted_in_proc, read_file, run_cli, tree_digest, write_file)
 
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EPERM, errno.EACCES)
-
-
-def expect_errno(err, fn, *args, **kw):
-    accepted = err if isinstance(err, tuple) else (err,)
-    with pytest.raises(OSError) as ei:
-        fn(*args, **kw)
-    got = ei.value.errno
-    assert got in accepted, (f"{getattr(fn, '__name__', fn)}{args}: errno "
-                             f"{errno.errorcode.get(got, got)}, expected "
-                             f"{'/'.join(errno.errorcode[a] for a in accepted)}")
 
 
 def make_step(m, rel, files=None, marker=None, marker_data=b'{"ephemeral": null, "version": "2.0.0"}'):

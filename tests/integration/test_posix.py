@@ -15,20 +15,8 @@ import time
 
 import pytest
 
-from ckptfs_testlib import (PYTHON, RENAME_EXCHANGE, RENAME_NOREPLACE, UTIME_NOW, UTIME_OMIT,
+from ckptfs_testlib import (expect_errno, PYTHON, RENAME_EXCHANGE, RENAME_NOREPLACE, UTIME_NOW, UTIME_OMIT,
                             read_file, renameat2, utimensat, write_file)
-
-
-def expect_errno(err, fn, *args, **kw):
-    """Call fn and require OSError with errno `err` (an int or a tuple of accepted ones)."""
-    accepted = err if isinstance(err, tuple) else (err,)
-    with pytest.raises(OSError) as ei:
-        fn(*args, **kw)
-    got = ei.value.errno
-    assert got in accepted, (f"{getattr(fn, '__name__', fn)}{args}: errno "
-                             f"{errno.errorcode.get(got, got)}, expected "
-                             f"{'/'.join(errno.errorcode[a] for a in accepted)}")
-    return ei.value
 
 
 # --------------------------------------------------------------------------- files
