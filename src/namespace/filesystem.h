@@ -341,6 +341,8 @@ class FileSystem {
   Result<Entry> LookupVirtual(uint64_t parent, const std::string& name);
   Result<Attr> GetAttrVirtual(uint64_t ino);
   std::string RenderControlFile(uint64_t ino);
+  // Bytes and regular files below a step now (for steps not yet committed).
+  std::pair<uint64_t, uint64_t> CurrentSize(uint64_t step_ino);
   std::optional<std::string> StepXattr(uint64_t ino, const std::string& name);
 
   const FileSystemOptions options_;

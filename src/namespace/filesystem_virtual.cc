@@ -3,6 +3,7 @@
 // the read-only step xattrs. They have short (zero) cache timeouts because
 // they change without the kernel's involvement.
 #include <algorithm>
+#include <tuple>
 
 #include "control/status_report.h"
 #include "namespace/filesystem.h"
@@ -58,6 +59,14 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
   return Attr{st, 0};
 }
 
+std::pair<uint64_t, uint64_t> FileSystem::CurrentSize(uint64_t step_ino) {
+  std::vector<std::pair<std::string, uint64_t>> files;
+  if (Inode* dir = Find(step_ino)) CollectFiles(dir, "", &files);
+  uint64_t bytes = 0;
+  for (const auto& f : files) bytes += Find(f.second)->rec.size;
+  return {bytes, files.size()};
+}
+
 std::string FileSystem::RenderControlFile(uint64_t ino) {
   if (ino == kEventsFileIno) return events_->Render();
   std::vector<StatusStep> steps;
@@ -65,11 +74,7 @@ std::string FileSystem::RenderControlFile(uint64_t ino) {
     StatusStep s{PathOfLocked(step_ino), rec};
     if (rec.state != StepState::kCommitted) {
       // Not frozen yet: what is there now, as the step's xattrs show it.
-      std::vector<std::pair<std::string, uint64_t>> files;
-      if (Inode* dir = Find(step_ino)) CollectFiles(dir, "", &files);
-      s.rec.files = files.size();
-      s.rec.bytes = 0;
-      for (const auto& f : files) s.rec.bytes += Find(f.second)->rec.size;
+      std::tie(s.rec.bytes, s.rec.files) = CurrentSize(step_ino);
     }
     steps.push_back(std::move(s));
   }
@@ -99,12 +104,8 @@ std::optional<std::string> FileSystem::StepXattr(uint64_t ino, const std::string
   if (key == "bytes" || key == "files") {
     if (rec.state == StepState::kCommitted) return std::to_string(key == "bytes" ? rec.bytes : rec.files);
     // Before commit: what is there now.
-    std::vector<std::pair<std::string, uint64_t>> files;
-    CollectFiles(Find(ino), "", &files);
-    if (key == "files") return std::to_string(files.size());
-    uint64_t bytes = 0;
-    for (const auto& f : files) bytes += Find(f.second)->rec.size;
-    return std::to_string(bytes);
+    const auto [bytes, files] = CurrentSize(ino);
+    return std::to_string(key == "bytes" ? bytes : files);
   }
   if (key == "committed_at") {
     if (rec.state != StepState::kCommitted) return std::nullopt;
