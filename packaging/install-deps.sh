@@ -13,11 +13,13 @@ build_pkgs=(
   libgtest-dev libgmock-dev googletest
   libzstd-dev libcurl4-openssl-dev libssl-dev
 )
-# Tests: xattr tools, pytest and torch 1.13 for /usr/bin/python3, and node/npm
-# for the S3 test server.
+# Tests: xattr tools, pytest and torch 1.13 for /usr/bin/python3, node/npm
+# for the S3 test server (s3rver, installed below), and the AWS CLI and s3fs
+# to look at what ckptfs wrote to S3 from the outside.
 test_pkgs=(
   attr python3-pytest python3-torch
   nodejs npm
+  awscli s3fs
 )
 
 log() { echo "install-deps: $*"; }
@@ -52,6 +54,17 @@ if ((${#missing[@]})); then
     apt-get "${apt_opts[@]}" install "${missing[@]}" >/dev/null
 else
   log "all packages present"
+fi
+
+# s3rver, the local S3 server the S3 client tests run against, goes into the
+# repository (tests/s3rver, ignored by git) so the tests find it by path. npm
+# answers from its cache when the version is already there.
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [[ ! -x "$repo/tests/s3rver/node_modules/.bin/s3rver" ]]; then
+  log "installing s3rver into $repo/tests/s3rver"
+  npm install --prefix "$repo/tests/s3rver" --no-audit --no-fund --prefer-offline --silent s3rver@3.7.1 >/dev/null
+else
+  log "s3rver present"
 fi
 
 # The integration tests mount for real, so the kernel needs /dev/fuse. In a

@@ -30,6 +30,23 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
                              &d->clock_, d->events_.get());
   if (!fs.ok()) return fs.status().Annotate("loading the manifest");
   d->fs_ = std::move(fs).value();
+  if (!options.remote.url.empty()) {
+    auto store = OpenRemote(options.remote);
+    if (!store.ok()) return store.status().Annotate("opening the remote " + options.remote.url);
+    d->tier_ = std::make_unique<RemoteTier>(d->fs_.get(), std::move(store).value(), d->events_.get(),
+                                            options.tier);
+    d->fs_->SetTierHooks(d->tier_.get());
+    d->tier_->Start();
+    // A cold mount shows the remote's persisted steps from the start; an
+    // unreachable remote does not hold the mount up for long (the import
+    // goes on in the background and steps appear when it succeeds).
+    if (!d->tier_->WaitForImport(std::chrono::seconds(5))) {
+      std::fprintf(stderr,
+                   "ckptfs: warning: the remote %s did not answer yet; serving local data, "
+                   "retrying in the background (see .ckptfs/status.json)\n",
+                   d->tier_->store()->Describe().c_str());
+    }
+  }
   d->coordinator_ = std::make_unique<CommitCoordinator>(d->fs_.get());
 
   // default_permissions: the kernel checks modes and owners for us.
@@ -92,6 +109,10 @@ Daemon::~Daemon() {
     fuse_session_destroy(session_);
   }
   coordinator_.reset();
+  if (tier_) {
+    fs_->SetTierHooks(nullptr);
+    tier_.reset();
+  }
   if (fs_) {
     events_->Append({{"event", "unmount"}, {"mountpoint", options_.mountpoint}});
     fs_.reset();

@@ -11,6 +11,7 @@
 #include "control/event_log.h"
 #include "lifecycle/commit_coordinator.h"
 #include "namespace/filesystem.h"
+#include "tiering/remote_tier.h"
 
 struct fuse_session;
 
@@ -35,6 +36,7 @@ class Daemon {
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<FileSystem> fs_;
   std::unique_ptr<CommitCoordinator> coordinator_;
+  std::unique_ptr<RemoteTier> tier_;  // with --remote
   fuse_session* session_ = nullptr;
   bool mounted_ = false;
   bool signals_set_ = false;

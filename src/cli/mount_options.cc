@@ -29,6 +29,20 @@ const char* const kMountUsage =
     "  --commit-wait SECONDS  how long a commit waits for open files to close (default 600)\n"
     "  -o OPTIONS             FUSE mount options (comma-separated), e.g. -o allow_other\n"
     "\n"
+    "object storage (SPEC section 4; steps are uploaded in the background):\n"
+    "  --remote URL           s3://BUCKET/PREFIX or file:///DIR\n"
+    "  --s3-endpoint URL      S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS for the region)\n"
+    "  --s3-region REGION     signing region (default: AWS_REGION, else us-east-1)\n"
+    "  --s3-addressing path|virtual  bucket in the path or in the host name (default: virtual\n"
+    "                         for AWS, path for other endpoints)\n"
+    "                         credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /\n"
+    "                         AWS_SESSION_TOKEN, else ~/.aws/credentials (AWS_PROFILE);\n"
+    "                         AWS_CA_BUNDLE names extra trusted certificates\n"
+    "  --cache-size BYTES     cap on cached file data (e.g. 500G); persisted data is evicted\n"
+    "                         least recently used first; needs --remote\n"
+    "  --cache-full-wait SECONDS  how long a write waits for room before ENOSPC (default 60)\n"
+    "  --upload-parallel N    files uploaded at once (default 8)\n"
+    "\n"
     "retention defaults for every run directory (override per run with\n"
     "setfattr -n user.ckptfs.keep_last -v 3 RUN_DIR; default: keep everything):\n"
     "  --keep-last N          keep the N newest committed steps\n"
@@ -69,8 +83,42 @@ bool IsMountPoint(const std::string& path) {
 
 }  // namespace
 
+Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text) {
+  auto bad = [&] {
+    return Status::Error(EINVAL, flag + " takes a size such as 500G, 64MiB or 1073741824, not '" + text + "'");
+  };
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end == text.c_str() || !std::isfinite(v) || v <= 0) return bad();
+  std::string unit(end);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (unit.size() == 3 && unit.substr(1) == "IB") unit = unit.substr(0, 1);
+  if (unit.size() == 2 && unit[1] == 'B') unit = unit.substr(0, 1);
+  double mult = 1;
+  if (unit.empty() || unit == "B") {
+    mult = 1;
+  } else if (unit == "K") {
+    mult = 1024.0;
+  } else if (unit == "M") {
+    mult = 1024.0 * 1024;
+  } else if (unit == "G") {
+    mult = 1024.0 * 1024 * 1024;
+  } else if (unit == "T") {
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  } else {
+    return bad();
+  }
+  const double bytes = v * mult;
+  if (bytes < 1 || bytes > 9.0e18) return bad();
+  return static_cast<uint64_t>(bytes);
+}
+
 Result<MountOptions> ParseMountArgs(int argc, char** argv) {
-  enum { kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule };
+  enum {
+    kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
+    kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel,
+  };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
       {"foreground", no_argument, nullptr, 'f'},
@@ -85,6 +133,13 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"keep-interval", required_argument, nullptr, kRetentionRule},
       {"keep-best", required_argument, nullptr, kRetentionRule},
       {"score-mode", required_argument, nullptr, kRetentionRule},
+      {"remote", required_argument, nullptr, kRemote},
+      {"s3-endpoint", required_argument, nullptr, kS3Endpoint},
+      {"s3-region", required_argument, nullptr, kS3Region},
+      {"s3-addressing", required_argument, nullptr, kS3Addressing},
+      {"cache-size", required_argument, nullptr, kCacheSize},
+      {"cache-full-wait", required_argument, nullptr, kCacheFullWait},
+      {"upload-parallel", required_argument, nullptr, kUploadParallel},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -146,6 +201,42 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         }
         break;
       }
+      case kRemote:
+        o.remote.url = optarg;
+        break;
+      case kS3Endpoint:
+        o.remote.s3_endpoint = optarg;
+        break;
+      case kS3Region:
+        o.remote.s3_region = optarg;
+        break;
+      case kS3Addressing:
+        o.remote.s3_addressing = optarg;
+        if (o.remote.s3_addressing != "path" && o.remote.s3_addressing != "virtual") {
+          return Status::Error(EINVAL, "--s3-addressing takes path or virtual, not '" + o.remote.s3_addressing + "'");
+        }
+        break;
+      case kCacheSize: {
+        auto n = ParseByteSize("--cache-size", optarg);
+        if (!n.ok()) return n.status();
+        o.tier.cache_size = *n;
+        break;
+      }
+      case kCacheFullWait: {
+        auto s = ParseSeconds("--cache-full-wait", optarg);
+        if (!s.ok()) return s.status();
+        o.tier.cache_full_wait_ns = static_cast<int64_t>(*s * 1e9);
+        break;
+      }
+      case kUploadParallel: {
+        char* end = nullptr;
+        const long n = std::strtol(optarg, &end, 10);
+        if (end == optarg || *end != '\0' || n < 1 || n > 256) {
+          return Status::Error(EINVAL, std::string("--upload-parallel takes a number from 1 to 256, not '") + optarg + "'");
+        }
+        o.tier.upload_files = static_cast<int>(n);
+        break;
+      }
       case 'h':
         return Status::Error(EAGAIN, kMountUsage);  // the caller prints usage, exits 0
       case ':':
@@ -157,6 +248,15 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   if (optind >= argc) return Status::Error(EINVAL, "missing MOUNTPOINT");
   if (optind + 1 < argc) return Status::Error(EINVAL, std::string("unexpected argument ") + argv[optind + 1]);
   o.mountpoint = argv[optind];
+  if (!o.remote.url.empty()) {
+    CKPTFS_RETURN_IF_ERROR(ValidateRemoteSpec(o.remote));
+    o.fs.remote = true;
+  } else if (!o.remote.s3_endpoint.empty() || !o.remote.s3_region.empty() || !o.remote.s3_addressing.empty()) {
+    return Status::Error(EINVAL, "--s3-endpoint, --s3-region and --s3-addressing need --remote s3://BUCKET/PREFIX");
+  }
+  if (o.tier.cache_size > 0 && o.remote.url.empty()) {
+    return Status::Error(EINVAL, "--cache-size needs --remote: only data already in the remote can be evicted");
+  }
   if (o.cache_dir.empty()) {
     o.cache_dir = kDefaultCacheDir;
     o.cache_is_default = true;

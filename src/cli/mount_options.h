@@ -9,6 +9,8 @@
 
 #include "common/status.h"
 #include "namespace/filesystem.h"
+#include "tiering/open_remote.h"
+#include "tiering/remote_tier.h"
 
 namespace ckptfs {
 
@@ -21,7 +23,12 @@ struct MountOptions {
   bool foreground = false;
   std::vector<std::string> fuse_options;  // -o values, split at commas
   FileSystemOptions fs;
+  RemoteSpec remote;  // url empty: local only
+  RemoteTierOptions tier;
 };
+
+// "100G", "512MiB", "1.5T", "4096": binary units (K = 1024).
+Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text);
 
 // argv[0] is "mount". EINVAL with a message for anything unknown or malformed.
 Result<MountOptions> ParseMountArgs(int argc, char** argv);

@@ -18,6 +18,13 @@ std::string RenderStatusJson(const StatusInfo& info, const std::vector<StatusSte
   j["cache"] = {{"dir", info.cache_dir},
                 {"bytes_total", info.cache_bytes_total},
                 {"bytes_free", info.cache_bytes_free}};
+  for (const auto& [key, value] : info.extra.items()) {
+    if (key == "cache" && value.is_object()) {
+      for (const auto& [k, v] : value.items()) j["cache"][k] = v;
+    } else {
+      j[key] = value;
+    }
+  }
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& s : steps) {
     nlohmann::json e = {{"path", s.path},
@@ -30,6 +37,13 @@ std::string RenderStatusJson(const StatusInfo& info, const std::vector<StatusSte
       e["committed_at"] = TimespecToSeconds(s.rec.committed_at);
     } else {
       e["committed_at"] = nullptr;
+    }
+    e["persisted"] = s.rec.persisted;
+    if (s.upload) {
+      e["upload"] = {{"bytes_done", s.upload->bytes_done},
+                     {"bytes_total", s.upload->bytes_total},
+                     {"files_done", s.upload->files_done},
+                     {"files_total", s.upload->files_total}};
     }
     arr.push_back(std::move(e));
   }

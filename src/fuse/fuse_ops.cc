@@ -183,6 +183,9 @@ void OnRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
   FileHandle* fh = Fh(fi);
   const int fd = fs->BackingFd(fh);
   if (fd >= 0) {
+    if (Status st = fs->PrepareRead(fh, static_cast<uint64_t>(off), size); !st.ok()) {
+      return ReplyError(req, st);
+    }
     fuse_bufvec buf = FdBufVec(size, fd, off);
     fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
     return;
@@ -202,6 +205,7 @@ void OnWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* in, off_t off, 
     return;
   }
   if (fd >= 0) {
+    if (Status st = fs->PrepareWrite(fh, fuse_buf_size(in)); !st.ok()) return ReplyError(req, st);
     fuse_bufvec out = FdBufVec(fuse_buf_size(in), fd, off);
     const ssize_t n = fuse_buf_copy(&out, in, static_cast<fuse_buf_copy_flags>(0));
     if (n < 0) return ReplyError(req, Status::FromErrno(static_cast<int>(-n), "write to backing file"));

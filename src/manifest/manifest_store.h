@@ -24,6 +24,9 @@ enum class KeySpace : int {
   kXattrs,     // (ino, name) -> value
   kSteps,      // step directory ino -> StepRecord
   kGc,         // ino -> "" : backing files of removed steps still to delete
+  kUploads,    // ino -> UploadRecord : files whose contents must reach the remote
+  kObjects,    // ino -> ObjectRecord : files whose contents the remote holds
+  kRemoteGc,   // RemoteGcKey -> "" : remote objects still to delete
   kCount,
 };
 

@@ -89,6 +89,8 @@ class Decoder {
   void Version() {
     if (U8() != kRecordVersion) ok_ = false;
   }
+  // Optional trailing fields added after a record type first shipped.
+  bool HasMore() const { return ok_ && pos_ < in_.size(); }
   // True when every read succeeded and nothing is left over.
   bool Done() const { return ok_ && pos_ == in_.size(); }
 
@@ -125,7 +127,8 @@ bool InodeRecord::operator==(const InodeRecord& o) const {
 
 bool StepRecord::operator==(const StepRecord& o) const {
   return state == o.state && step == o.step && SameTime(committed_at, o.committed_at) &&
-         bytes == o.bytes && files == o.files && error == o.error && ephemeral == o.ephemeral;
+         bytes == o.bytes && files == o.files && error == o.error && ephemeral == o.ephemeral &&
+         persisted == o.persisted;
 }
 
 const char* StepStateName(StepState state) {
@@ -251,6 +254,7 @@ std::string EncodeStep(const StepRecord& rec) {
   e.U64(rec.files);
   e.String(rec.error);
   e.U8(rec.ephemeral ? 1 : 0);
+  e.U8(rec.persisted ? 1 : 0);
   return std::move(e).Finish();
 }
 
@@ -267,8 +271,69 @@ Result<StepRecord> DecodeStep(std::string_view value) {
   rec.files = d.U64();
   rec.error = d.String();
   rec.ephemeral = d.Bool();
+  if (d.HasMore()) rec.persisted = d.Bool();
   if (!d.Done()) return Corrupt("step");
   return rec;
+}
+
+std::string EncodeObject(const ObjectRecord& rec) {
+  Encoder e(32 + rec.key.size());
+  e.U8(kRecordVersion);
+  e.String(rec.key);
+  e.U64(rec.size);
+  e.U64(static_cast<uint64_t>(rec.mtime_ns));
+  e.U32(rec.crc32c);
+  e.U8(rec.resident ? 1 : 0);
+  return std::move(e).Finish();
+}
+
+Result<ObjectRecord> DecodeObject(std::string_view value) {
+  Decoder d(value);
+  ObjectRecord rec;
+  d.Version();
+  rec.key = d.String();
+  rec.size = d.U64();
+  rec.mtime_ns = static_cast<int64_t>(d.U64());
+  rec.crc32c = d.U32();
+  rec.resident = d.Bool();
+  if (!d.Done()) return Corrupt("object");
+  return rec;
+}
+
+std::string EncodeUpload(const UploadRecord& rec) {
+  Encoder e(32 + rec.upload_id.size() + rec.upload_key.size());
+  e.U8(kRecordVersion);
+  e.U64(rec.size);
+  e.U64(static_cast<uint64_t>(rec.mtime_ns));
+  e.String(rec.upload_id);
+  e.String(rec.upload_key);
+  return std::move(e).Finish();
+}
+
+Result<UploadRecord> DecodeUpload(std::string_view value) {
+  Decoder d(value);
+  UploadRecord rec;
+  d.Version();
+  rec.size = d.U64();
+  rec.mtime_ns = static_cast<int64_t>(d.U64());
+  rec.upload_id = d.String();
+  rec.upload_key = d.String();
+  if (!d.Done()) return Corrupt("upload");
+  return rec;
+}
+
+std::string RemoteGcKey(std::string_view object_key, bool commit_object) {
+  std::string key(1, commit_object ? kRemoteGcCommitPrefix : kRemoteGcDataPrefix);
+  key.append(object_key);
+  return key;
+}
+
+std::string_view RemoteGcObjectKey(std::string_view gc_key) {
+  return gc_key.empty() ? gc_key : gc_key.substr(1);
+}
+
+int64_t TimespecToNanos(const timespec& ts) {
+  return static_cast<int64_t>(ts.tv_sec) * kNanosPerSecond + ts.tv_nsec;
 }
 
 }  // namespace ckptfs

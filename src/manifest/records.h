@@ -63,8 +63,41 @@ struct StepRecord {
   uint64_t files = 0;  // at commit: number of regular files
   std::string error;   // why it is not committed yet, or why it is broken
   bool ephemeral = false;  // the trainer marked it ephemeral (OLMo-core)
+  // Committed, and every file plus the commit object are in the remote tier
+  // (SPEC section 4). Encoded as an optional trailing byte: records written
+  // before the remote tier existed decode as not persisted.
+  bool persisted = false;
 
   bool operator==(const StepRecord&) const;
+};
+
+// A file's contents as the remote tier holds them (KeySpace::kObjects): the
+// object `key` has these bytes. The version (size, mtime) is the file's at
+// the time it was read for the upload; a file written again afterwards has
+// a newer version and is uploaded again.
+struct ObjectRecord {
+  std::string key;  // relative to the remote prefix: the file's path then
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint32_t crc32c = 0;
+  // The backing file holds every byte. False once the data was evicted (or
+  // never fetched, after a cold mount): reads fetch ranges from the remote.
+  bool resident = true;
+
+  bool operator==(const ObjectRecord&) const = default;
+};
+
+// A queued upload (KeySpace::kUploads): the file's current contents must
+// reach the remote. The version lets a finished upload tell whether the file
+// changed while it ran. upload_id names a multipart upload in progress, so
+// that one interrupted by a crash is aborted, not left behind.
+struct UploadRecord {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  std::string upload_id;
+  std::string upload_key;  // the key upload_id belongs to
+
+  bool operator==(const UploadRecord&) const = default;
 };
 
 // Keys.
@@ -84,5 +117,19 @@ std::string EncodeDentry(const DentryRecord& rec);
 Result<DentryRecord> DecodeDentry(std::string_view value);
 std::string EncodeStep(const StepRecord& rec);
 Result<StepRecord> DecodeStep(std::string_view value);
+std::string EncodeObject(const ObjectRecord& rec);
+Result<ObjectRecord> DecodeObject(std::string_view value);
+std::string EncodeUpload(const UploadRecord& rec);
+Result<UploadRecord> DecodeUpload(std::string_view value);
+
+// Keys of the remote GC queue (KeySpace::kRemoteGc): commit objects sort
+// before data objects, so a step's commit object is always deleted first and
+// the remote never shows a complete-looking step with data missing.
+std::string RemoteGcKey(std::string_view object_key, bool commit_object);
+std::string_view RemoteGcObjectKey(std::string_view gc_key);
+inline constexpr char kRemoteGcCommitPrefix = '\x00';
+inline constexpr char kRemoteGcDataPrefix = '\x01';
+
+int64_t TimespecToNanos(const timespec& ts);
 
 }  // namespace ckptfs

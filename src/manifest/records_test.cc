@@ -127,12 +127,34 @@ TEST(RecordsTest, StepRoundTripEveryState) {
   }
 }
 
+TEST(RecordsTest, StepPersistedFlagRoundTripsAndOldRecordsDecode) {
+  StepRecord rec = SampleStep();
+  rec.persisted = true;
+  std::string encoded = EncodeStep(rec);
+  EXPECT_EQ(*DecodeStep(encoded), rec);
+  encoded.pop_back();  // as written before the remote tier existed
+  auto old = DecodeStep(encoded);
+  ASSERT_TRUE(old.ok());
+  EXPECT_FALSE(old->persisted);
+}
+
+TEST(RecordsTest, ObjectAndUploadRecordsRoundTrip) {
+  ObjectRecord object{"a/step1/x y", ~0ULL, -5, 0xffffffff, true};
+  EXPECT_EQ(*DecodeObject(EncodeObject(object)), object);
+  object.resident = false;
+  EXPECT_EQ(*DecodeObject(EncodeObject(object)), object);
+  UploadRecord upload{1ULL << 40, 99, "upload-id", "a/step1/x y"};
+  EXPECT_EQ(*DecodeUpload(EncodeUpload(upload)), upload);
+  EXPECT_EQ(RemoteGcObjectKey(RemoteGcKey("a/b", true)), "a/b");
+  EXPECT_LT(RemoteGcKey("z", true), RemoteGcKey("a", false));  // commit objects first
+}
+
 TEST(RecordsTest, StepEphemeralFlagRoundTrips) {
   StepRecord rec = SampleStep();
   rec.ephemeral = true;
   std::string encoded = EncodeStep(rec);
   EXPECT_EQ(*DecodeStep(encoded), rec);
-  encoded.back() = 2;  // the flag is the last byte; only 0 and 1 are valid
+  encoded[encoded.size() - 2] = 2;  // the flag before persisted; only 0 and 1 are valid
   EXPECT_EQ(DecodeStep(encoded).err(), EIO);
 }
 
@@ -201,7 +223,17 @@ TEST(RecordsTest, TruncatedOrExtendedValuesAreCorrupt) {
   ExpectTruncationsAndExtensionsFail(EncodeDentry(DentryRecord{1, 2}), DecodeDentry);
   StepRecord step = SampleStep();
   step.error = "why";
-  ExpectTruncationsAndExtensionsFail(EncodeStep(step), DecodeStep);
+  // The persisted flag is an optional trailing byte (records from before the
+  // remote tier): without it the record is whole; any shorter is corrupt.
+  const std::string full = EncodeStep(step);
+  for (size_t len = 0; len + 1 < full.size(); len++) {
+    EXPECT_EQ(DecodeStep(std::string_view(full).substr(0, len)).err(), EIO) << len;
+  }
+  EXPECT_TRUE(DecodeStep(full.substr(0, full.size() - 1)).ok());
+  EXPECT_EQ(DecodeStep(full + '\0').err(), EIO);
+  ObjectRecord object{"run/step1/f", 123, 456, 0xabcdef01, false};
+  ExpectTruncationsAndExtensionsFail(EncodeObject(object), DecodeObject);
+  ExpectTruncationsAndExtensionsFail(EncodeUpload(UploadRecord{7, 8, "id", "k"}), DecodeUpload);
   EXPECT_NE(DecodeStep("").status().message().find("corrupt step record"), std::string::npos);
   EXPECT_NE(DecodeInode("\x01").status().message().find("corrupt inode record"),
             std::string::npos);
@@ -210,10 +242,10 @@ TEST(RecordsTest, TruncatedOrExtendedValuesAreCorrupt) {
 TEST(RecordsTest, HugeStringLengthIsCorruptNotAnOverread) {
   std::string value = EncodeStep(SampleStep());
   // The error string's length is the four bytes before the final ephemeral
-  // flag (the string is empty).
-  value.replace(value.size() - 5, 4, "\xff\xff\xff\xff");
+  // and persisted flags (the string is empty).
+  value.replace(value.size() - 6, 4, "\xff\xff\xff\xff");
   EXPECT_EQ(DecodeStep(value).err(), EIO);
-  value.replace(value.size() - 5, 4, std::string("\x02\0\0\0", 4));
+  value.replace(value.size() - 6, 4, std::string("\x02\0\0\0", 4));
   EXPECT_EQ(DecodeStep(value).err(), EIO);  // one byte promised, none there
 }
 

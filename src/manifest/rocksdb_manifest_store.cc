@@ -26,6 +26,12 @@ const char* KeySpaceName(KeySpace space) {
       return "steps";
     case KeySpace::kGc:
       return "gc";
+    case KeySpace::kUploads:
+      return "uploads";
+    case KeySpace::kObjects:
+      return "objects";
+    case KeySpace::kRemoteGc:
+      return "remote_gc";
     case KeySpace::kCount:
       break;
   }

@@ -17,6 +17,10 @@ class FileHandle {
   bool writable = false;
   std::unique_ptr<BackingFile> file;  // regular files
   std::string content;                // control files: a snapshot taken at open
+  // Set when the file's data was not resident at open: reads fetch missing
+  // ranges of this object first (RemoteTier keeps what was fetched).
+  std::string remote_key;
+  uint64_t remote_size = 0;
 };
 
 }  // namespace ckptfs

@@ -200,6 +200,11 @@ void FileSystem::DropLink(Inode* inode, ManifestBatch* batch) {
     return;
   }
   const uint64_t ino = inode->rec.ino;
+  if (auto step = steps_.find(ino); step != steps_.end() &&
+                                    (step->second.state == StepState::kCommitted ||
+                                     step->second.state == StepState::kDeleting)) {
+    UnpersistStepLocked(ino, PathOfLocked(ino), batch);
+  }
   if (steps_.erase(ino)) {
     batch->Delete(KeySpace::kSteps, InoKey(ino));
     step_runtime_.erase(ino);
@@ -215,6 +220,7 @@ void FileSystem::DropLink(Inode* inode, ManifestBatch* batch) {
   // The data goes through the GC queue: unlinking a 1 GiB backing file takes
   // the disk hundreds of milliseconds, which rm must not wait for.
   if (inode->is_reg()) batch->Put(KeySpace::kGc, InoKey(ino), "");
+  ForgetObjectLocked(inode, batch);
 }
 
 void FileSystem::MaybeEvict(uint64_t ino) {

@@ -28,7 +28,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -40,7 +42,9 @@
 #include "lifecycle/step_pattern.h"
 #include "manifest/manifest_store.h"
 #include "namespace/inode.h"
+#include "namespace/tier_hooks.h"
 #include "retention/retention_planner.h"
+#include "tiering/commit_object.h"
 
 namespace ckptfs {
 
@@ -57,6 +61,9 @@ struct FileSystemOptions {
   // Retention defaults for every run directory (--keep-last ...); run
   // directories override rules with user.ckptfs.<rule> xattrs.
   RetentionPolicy retention;
+  // A remote tier is configured (--remote): closed files of steps are
+  // queued for upload and steps become persisted (SPEC section 4).
+  bool remote = false;
   // Shown in status.json.
   std::string mountpoint;
   std::string cache_dir;
@@ -168,10 +175,17 @@ class FileSystem {
   Result<std::pair<Entry, Opened>> Create(const Caller& c, uint64_t parent, const std::string& name,
                                           uint32_t mode, int flags);
   Result<size_t> Read(FileHandle* fh, void* buf, size_t n, uint64_t offset);
+  // Makes [offset, offset + n) of the file local (fetching what is only in
+  // the remote); Read does it itself, the FUSE glue's splice path calls it
+  // before handing the backing descriptor to the kernel.
+  Status PrepareRead(FileHandle* fh, uint64_t offset, size_t n);
   Result<size_t> Write(FileHandle* fh, const void* buf, size_t n, uint64_t offset);
   // For the FUSE glue's splice path: the backing descriptor (or -1), and the
   // bookkeeping to do after it wrote n bytes at offset itself.
   int BackingFd(FileHandle* fh) const;
+  // Before n bytes are written (Write does it itself): with --cache-size,
+  // waits for room in the cache; ENOSPC when none comes.
+  Status PrepareWrite(FileHandle* fh, size_t n);
   void NoteWritten(FileHandle* fh, uint64_t offset, size_t n);
   Status Flush(FileHandle* fh);
   Status Fsync(FileHandle* fh, bool datasync);
@@ -247,6 +261,94 @@ class FileSystem {
   // between a commit's fsyncs and its batch, while the step is frozen).
   void DropPageCache(const std::vector<uint64_t>& inos);
   void FlushInvalidations();
+
+  // --- remote tier (filesystem_tiering.cc). Called by RemoteTier's threads.
+  // Set once before serving requests when a remote is configured.
+  void SetTierHooks(TierHooks* hooks);
+
+  // A file to upload: its current path is the object key; the version
+  // (size, mtime) tells NoteUploaded whether it changed meanwhile.
+  struct UploadJob {
+    uint64_t ino = 0;
+    std::string key;
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    // Where to read the data from when it is not resident (a step renamed
+    // after eviction): the object it was uploaded to before.
+    bool resident = true;
+    std::string source_key;
+    // A multipart upload an earlier run left unfinished, to abort.
+    std::string stale_upload_id;
+    std::string stale_upload_key;
+  };
+  // Up to max queued uploads, skipping inos in busy and files open for
+  // writing (their last close queues them again).
+  std::vector<UploadJob> NextUploads(size_t max, const std::set<uint64_t>& busy);
+  // Records a multipart upload in progress (so a crash does not leak it).
+  Status NoteMultipartStarted(const UploadJob& job, const std::string& upload_id);
+  // The upload of job ended with the object holding the file's contents
+  // (CRC32C crc). Records it unless the file changed or moved meanwhile
+  // (then it stays queued), and queues objects nobody uses any more for
+  // deletion. Releases the job's key claim.
+  Status NoteUploaded(const UploadJob& job, uint32_t crc32c);
+  // Remote keys are natural paths, so an old file's queued deletion and a
+  // new file's upload can name the same key. An upload claims its key first:
+  // queued deletions of it are dropped and no deletion starts while the
+  // claim lasts. ReleaseKey ends a claim whose upload failed.
+  void ClaimKey(const std::string& key);
+  void ReleaseKey(const std::string& key);
+
+  // Committed steps whose files are all uploaded, with the commit object to
+  // write; MarkPersisted records it after the Put (or queues the object for
+  // deletion if the step moved or went meanwhile).
+  struct PersistJob {
+    uint64_t step_ino = 0;
+    std::string key;  // <step path>/.ckptfs-commit.json
+    std::string body;
+  };
+  std::vector<PersistJob> StepsToPersist();
+  Status MarkPersisted(const PersistJob& job);
+
+  // Remote objects to delete, in batches: commit objects first (while any is
+  // queued no data object is handed out), skipping claimed keys. The caller
+  // deletes them, then calls RemoteGcDone with the same keys.
+  struct RemoteGcBatch {
+    bool commit_objects = false;
+    std::vector<std::string> keys;
+  };
+  Result<RemoteGcBatch> NextRemoteDeletions(size_t max);
+  Status RemoteDeletionsDone(const RemoteGcBatch& batch);
+  size_t RemoteDeletionsQueued();
+
+  // Cache eviction: files of persisted steps, closed, least recently used
+  // first. Evict drops the local data (the manifest first, synced).
+  struct EvictionCandidate {
+    uint64_t ino = 0;
+    int64_t last_access_ns = 0;
+    uint64_t bytes = 0;  // resident bytes (0 for files only partly fetched)
+  };
+  std::vector<EvictionCandidate> EvictionCandidates();
+  Status Evict(uint64_t ino);
+  // Every byte of a non-resident file has been fetched: the backing file is
+  // synced and the file marked resident.
+  Status MarkResident(uint64_t ino, BackingFile* file);
+  // Bytes of resident regular files (written here or fully fetched).
+  uint64_t ResidentBytes();
+
+  // Cold mount: shows a persisted step found in the remote, its files
+  // non-resident. EEXIST when the path is taken locally (the step is ours);
+  // EINVAL when the path cannot be a step here.
+  Status ImportStep(const CommitObject& obj);
+  // Step paths whose commit objects are queued for deletion: not imported.
+  std::set<std::string> StepPathsBeingDeleted();
+
+  // Upload progress and persisted state, for status.json and xattrs.
+  struct UploadProgress {
+    uint64_t bytes_done = 0;
+    uint64_t bytes_total = 0;
+    uint64_t files_done = 0;
+    uint64_t files_total = 0;
+  };
 
   const FileSystemOptions& options() const { return options_; }
 
@@ -333,6 +435,27 @@ class FileSystem {
   void RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch);
   Status ValidateXattr(Inode* inode, const std::string& name, const std::string& value);
 
+  // Remote tier helpers (filesystem_tiering.cc); REQUIRES: mu_ held.
+  void LoadTierState(Status* decode_error);
+  // Queues an upload of the file's current contents (no-op without a remote
+  // or outside steps).
+  void QueueUploadLocked(Inode* inode, ManifestBatch* batch);
+  // The file's data is going away: its object and queued upload too.
+  void ForgetObjectLocked(Inode* inode, ManifestBatch* batch);
+  // Queues a remote object for deletion unless a live file's object uses it.
+  void QueueRemoteDeleteLocked(const std::string& key, bool commit_object, ManifestBatch* batch);
+  // A committed step is leaving (removed, renamed, being deleted): its commit
+  // object goes first, and it is no longer persisted.
+  void UnpersistStepLocked(uint64_t step_ino, const std::string& old_path, ManifestBatch* batch);
+  // Committed steps at or below dir, with their paths now (before a rename).
+  std::vector<std::pair<uint64_t, std::string>> CommittedStepsUnder(Inode* dir);
+  // After a rename moved those steps: new commit objects, re-uploads.
+  void NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std::string>>& moved,
+                            ManifestBatch* batch);
+  bool ObjectIsCurrent(const Inode& inode, const std::string& path) const;
+  UploadProgress ProgressLocked(uint64_t step_ino);
+  void CollectTree(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete);
+
   // Virtual nodes (filesystem_virtual.cc).
   bool IsVirtual(uint64_t ino) const { return (ino & (kVirtualBit | kLatestBit)) != 0; }
   static Status NotPermittedVirtual() {
@@ -365,6 +488,12 @@ class FileSystem {
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_;  // GUARDED_BY(mu_)
   InvalidateInodeFn invalidate_inode_;
   uint64_t fsyncdir_seq_ = 0;  // GUARDED_BY(mu_)
+
+  // Remote tier state (filesystem_tiering.cc).
+  TierHooks* tier_ = nullptr;
+  std::map<uint64_t, UploadRecord> uploads_;             // GUARDED_BY(mu_) mirrors kUploads
+  std::unordered_map<std::string, uint64_t> object_keys_;  // GUARDED_BY(mu_) key -> ino of live objects
+  std::unordered_map<std::string, int> claimed_keys_;      // GUARDED_BY(mu_)
 };
 
 }  // namespace ckptfs

@@ -111,6 +111,7 @@ Result<std::vector<std::string>> FileSystem::ListXattr(uint64_t ino) {
                           "user.ckptfs.files", "user.ckptfs.committed_at", "user.ckptfs.error"}) {
       if (StepXattr(ino, n)) names.push_back(n);
     }
+    if (options_.remote) names.push_back("user.ckptfs.persisted");
   }
   for (const auto& [name, value] : inode->xattrs) names.push_back(name);
   return names;

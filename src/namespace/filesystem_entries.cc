@@ -263,6 +263,11 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 
   ManifestBatch batch;
   const timespec now = clock_->Now();
+  // Committed steps that move get new objects at their new keys.
+  auto moved_steps = CommittedStepsUnder(src);
+  if (dst && (flags & RENAME_EXCHANGE)) {
+    for (auto& m : CommittedStepsUnder(dst)) moved_steps.push_back(std::move(m));
+  }
   bool commit_src = false;
   bool commit_dst = false;
   if (flags & RENAME_EXCHANGE) {
@@ -319,6 +324,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
     PutInode(*src, &batch);
     if (src->is_dir()) ReclassifyDir(src, &batch, &commit_src);
   }
+  NoteStepsMovedLocked(moved_steps, &batch);
   NoteActivity(parent);
   NoteActivity(new_parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));

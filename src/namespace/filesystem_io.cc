@@ -32,6 +32,10 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
   const bool write = WantsWrite(flags) || truncate;
   if (write) WaitUntilNotCommitting(lock, ino);
   Inode* inode = Find(ino);
+  while (inode && inode->evicting) {
+    step_cv_.wait(lock);
+    inode = Find(ino);
+  }
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->is_dir()) return Status::Error(EISDIR, "is a directory");
   if (!inode->is_reg()) return Status::Error(EINVAL, "not a regular file");
@@ -42,7 +46,9 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
     }
   }
   // A backing file lost in a crash before it was synced reads as empty.
-  auto file = data_->Open(ino, /*create=*/!inode->rec.sealed);
+  // Data only in the remote is fetched into a (sparse) backing file.
+  const bool remote_only = inode->object && !inode->object->resident;
+  auto file = data_->Open(ino, /*create=*/!inode->rec.sealed || remote_only);
   if (!file.ok()) return file.status().Annotate("opening backing file");
   if (truncate && inode->rec.size > 0) {
     CKPTFS_RETURN_IF_ERROR((*file)->Truncate(0));
@@ -54,7 +60,12 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
   fh->ino = ino;
   fh->writable = WantsWrite(flags);
   fh->file = std::move(file).value();
+  if (remote_only) {
+    fh->remote_key = inode->object->key;
+    fh->remote_size = inode->rec.size;
+  }
   inode->open_handles++;
+  inode->last_access_ns = clock_->MonotonicNanos();
   if (fh->writable) {
     inode->open_writers++;
     NoteActivity(ino);
@@ -93,15 +104,30 @@ Result<size_t> FileSystem::Read(FileHandle* fh, void* buf, size_t n, uint64_t of
     std::memcpy(buf, fh->content.data() + offset, len);
     return len;
   }
+  CKPTFS_RETURN_IF_ERROR(PrepareRead(fh, offset, n));
+  if (!fh->remote_key.empty() && offset < fh->remote_size) {
+    n = static_cast<size_t>(std::min<uint64_t>(n, fh->remote_size - offset));
+  }
   return fh->file->PRead(buf, n, offset);
+}
+
+Status FileSystem::PrepareRead(FileHandle* fh, uint64_t offset, size_t n) {
+  if (fh->remote_key.empty() || !tier_ || offset >= fh->remote_size) return Status::Ok();
+  const size_t len = static_cast<size_t>(std::min<uint64_t>(n, fh->remote_size - offset));
+  return tier_->EnsureLocal(fh->ino, fh->remote_key, fh->remote_size, fh->file.get(), offset, len);
 }
 
 Result<size_t> FileSystem::Write(FileHandle* fh, const void* buf, size_t n, uint64_t offset) {
   if (!fh->writable || !fh->file) return Status::Error(EBADF, "not open for writing");
+  CKPTFS_RETURN_IF_ERROR(PrepareWrite(fh, n));
   auto written = fh->file->PWrite(buf, n, offset);
   if (!written.ok()) return written.status();
   NoteWritten(fh, offset, *written);
   return written;
+}
+
+Status FileSystem::PrepareWrite(FileHandle* /*fh*/, size_t n) {
+  return tier_ ? tier_->WaitForCacheSpace(n) : Status::Ok();
 }
 
 int FileSystem::BackingFd(FileHandle* fh) const { return fh->file ? fh->file->fd() : -1; }
@@ -162,6 +188,7 @@ Status FileSystem::Release(FileHandle* fh) {
     if (inode->open_handles == 0) {
       // The last handle of an unlinked file: now its data can go.
       batch.Delete(KeySpace::kInodes, InoKey(fh->ino));
+      ForgetObjectLocked(inode, &batch);
       for (const auto& [name, value] : inode->xattrs) {
         batch.Delete(KeySpace::kXattrs, XattrKey(fh->ino, name));
       }
@@ -178,6 +205,12 @@ Status FileSystem::Release(FileHandle* fh) {
   }
   if (!fh->writable) return st;
   NoteActivity(fh->ino);
+  if (inode->open_writers == 0 && options_.remote && !inode->rec.sealed) {
+    // Closed files of a step go up at once, before the step is committed.
+    ManifestBatch upload;
+    QueueUploadLocked(inode, &upload);
+    if (Status q = Apply(upload, false); st.ok()) st = q;
+  }
   if (inode->open_writers == 0) {
     // A marker closed directly in a step commits it; any close in a step
     // whose commit waits for files lets the commit try again.

@@ -75,6 +75,7 @@ Status FileSystem::Load() {
     if (Find(*ino)) steps_[*ino] = std::move(rec).value();
     return true;
   }));
+  if (decode_error.ok()) LoadTierState(&decode_error);
   return decode_error;
 }
 
@@ -102,6 +103,7 @@ Status FileSystem::Recover() {
   }
   for (uint64_t ino : orphans) {
     Inode* inode = Find(ino);
+    ForgetObjectLocked(inode, &batch);
     batch.Delete(KeySpace::kInodes, InoKey(ino));
     for (const auto& [name, value] : inode->xattrs) batch.Delete(KeySpace::kXattrs, XattrKey(ino, name));
     inodes_.erase(ino);
@@ -134,6 +136,7 @@ Status FileSystem::Recover() {
       auto size = file.value()->Size();
       if (size.ok()) actual = *size;
     }
+    if (inode->object && !inode->object->resident) continue;  // fetched on demand
     if (!inode->rec.sealed) {
       if (actual != inode->rec.size) {
         inode->rec.size = actual;

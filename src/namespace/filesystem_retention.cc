@@ -91,6 +91,7 @@ std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
     f.phase = PhaseOf(step->second.state);
     f.committed_at_s = step->second.committed_at.tv_sec;
     f.ephemeral = step->second.ephemeral;
+    f.persisted = step->second.persisted;
     auto pin = dir->xattrs.find("user.ckptfs.pin");
     f.pinned = pin != dir->xattrs.end() && pin->second == "1";
     auto score = dir->xattrs.find("user.ckptfs.score");
@@ -133,6 +134,10 @@ void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
     for (const auto& [xname, value] : child->xattrs) {
       batch->Delete(KeySpace::kXattrs, XattrKey(child->rec.ino, xname));
     }
+    if (auto step = steps_.find(child->rec.ino); step != steps_.end() &&
+                                                 step->second.state == StepState::kCommitted) {
+      UnpersistStepLocked(child->rec.ino, PathOfLocked(child->rec.ino), batch);
+    }
     if (steps_.erase(child->rec.ino)) {
       batch->Delete(KeySpace::kSteps, InoKey(child->rec.ino));
       step_runtime_.erase(child->rec.ino);
@@ -144,6 +149,7 @@ void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
     } else {
       batch->Delete(KeySpace::kInodes, InoKey(child->rec.ino));
       if (child->is_reg()) batch->Put(KeySpace::kGc, InoKey(child->rec.ino), "");
+      ForgetObjectLocked(child, batch);
       MaybeEvict(child->rec.ino);
     }
   }

@@ -37,6 +37,8 @@ void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
   // A trainer may delete its own files while writing; only a finished step
   // (committed, incomplete, broken) turns into a deletion.
   if (rec.state == StepState::kWriting || rec.state == StepState::kDeleting) return;
+  // The remote copy stops being complete now: its commit object goes first.
+  UnpersistStepLocked(step, PathOfLocked(step), batch);
   rec.state = StepState::kDeleting;
   rec.error.clear();
   batch->Put(KeySpace::kSteps, InoKey(step), EncodeStep(rec));
@@ -245,6 +247,12 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
       inode->rec.sealed = true;
       PutInode(*inode, &batch);
       sealed.push_back(file.ino);
+    }
+    // Uploads of everything not yet uploaded where it is now, in the
+    // commit's own batch (SPEC section 3).
+    if (options_.remote && !uploads_.count(file.ino) &&
+        !ObjectIsCurrent(*inode, plan.step_path + "/" + file.path)) {
+      QueueUploadLocked(inode, &batch);
     }
   }
   batch.Put(KeySpace::kSteps, InoKey(plan.step_ino), EncodeStep(rec));

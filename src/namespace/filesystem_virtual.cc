@@ -76,6 +76,10 @@ std::string FileSystem::RenderControlFile(uint64_t ino) {
       // Not frozen yet: what is there now, as the step's xattrs show it.
       std::tie(s.rec.bytes, s.rec.files) = CurrentSize(step_ino);
     }
+    if (options_.remote && rec.state == StepState::kCommitted) {
+      const UploadProgress p = ProgressLocked(step_ino);
+      s.upload = StatusStep::Upload{p.bytes_done, p.bytes_total, p.files_done, p.files_total};
+    }
     steps.push_back(std::move(s));
   }
   std::sort(steps.begin(), steps.end(),
@@ -87,6 +91,7 @@ std::string FileSystem::RenderControlFile(uint64_t ino) {
     info.cache_bytes_total = space->blocks * space->block_size;
     info.cache_bytes_free = space->blocks_avail * space->block_size;
   }
+  if (tier_) tier_->AddStatus(&info.extra);
   return RenderStatusJson(info, steps);
 }
 
@@ -114,6 +119,7 @@ std::optional<std::string> FileSystem::StepXattr(uint64_t ino, const std::string
     return std::string(buf);
   }
   if (key == "error") return rec.error;
+  if (key == "persisted") return std::string(rec.persisted ? "true" : "false");
   return std::nullopt;
 }
 

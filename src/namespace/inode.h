@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "manifest/records.h"
@@ -28,6 +29,11 @@ struct Inode {
   uint32_t open_writers = 0;  // FileHandles opened for writing
   bool dirty = false;         // size/mtime changed since the record was persisted
   bool backing_unsynced = false;  // backing file created since the last SyncDir
+
+  // Remote tier: the object holding this file's contents, when uploaded.
+  std::optional<ObjectRecord> object;
+  bool evicting = false;       // its backing file is being removed; opens wait
+  int64_t last_access_ns = 0;  // monotonic; least recently used is evicted first
 
   bool is_dir() const { return S_ISDIR(rec.mode); }
   bool is_reg() const { return S_ISREG(rec.mode); }

@@ -122,6 +122,18 @@ std::string ParentOf(const std::string& path) {
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
+// A part's ETag: its file's identity. A re-upload of the part is a new file
+// (written under a fresh temporary name), so its ETag differs.
+std::string PartETag(const struct stat& st) {
+  char buf[80];
+  std::snprintf(buf, sizeof(buf), "%llx-%llx-%llx.%lx",
+                static_cast<unsigned long long>(st.st_ino),
+                static_cast<unsigned long long>(st.st_size),
+                static_cast<unsigned long long>(st.st_mtim.tv_sec),
+                static_cast<long>(st.st_mtim.tv_nsec));
+  return buf;
+}
+
 // Whether a and b agree on their first min(|a|, |b|) bytes.
 bool PrefixCompatible(const std::string& a, const std::string& b) {
   const size_t n = std::min(a.size(), b.size());
@@ -270,8 +282,9 @@ Result<std::string> FileObjectStore::UploadDir(const std::string& key,
   return up_dir;
 }
 
-Status FileObjectStore::UploadPart(const std::string& key, const std::string& upload_id,
-                                   int part_number, const std::string& data) {
+Result<std::string> FileObjectStore::UploadPart(const std::string& key,
+                                                const std::string& upload_id, int part_number,
+                                                const std::string& data) {
   CKPTFS_RETURN_IF_ERROR(CheckKey(key));
   if (part_number < 1 || part_number > kMaxPartNumber) {
     return Status::Error(EINVAL, "upload part of " + key + ": part number " +
@@ -282,6 +295,14 @@ Status FileObjectStore::UploadPart(const std::string& key, const std::string& up
   if (!up_dir.ok()) return up_dir.status();
   Result<std::string> tmp = WriteTemp(data);
   if (!tmp.ok()) return tmp.status();
+  // The identity is taken before the rename (which keeps it), so a
+  // concurrent re-upload of the same part cannot lend us its ETag.
+  struct stat tmp_st{};
+  if (::stat(tmp->c_str(), &tmp_st) != 0) {
+    const Status st = Status::FromErrno("stat " + *tmp);
+    ::unlink(tmp->c_str());
+    return st;
+  }
   char name[32];
   std::snprintf(name, sizeof(name), "/part-%05d", part_number);
   const std::string part_path = *up_dir + name;
@@ -291,19 +312,21 @@ Status FileObjectStore::UploadPart(const std::string& key, const std::string& up
     ::unlink(tmp->c_str());
     return st;
   }
-  return SyncDir(*up_dir);
+  CKPTFS_RETURN_IF_ERROR(SyncDir(*up_dir));
+  return PartETag(tmp_st);
 }
 
 Status FileObjectStore::CompleteMultipart(const std::string& key, const std::string& upload_id,
-                                          int part_count) {
+                                          const std::vector<std::string>& part_etags) {
   CKPTFS_RETURN_IF_ERROR(CheckKey(key));
   Result<std::string> up_dir = UploadDir(key, upload_id);
   if (!up_dir.ok()) return up_dir.status();
   const std::string what = "complete upload of " + key;
-  if (part_count < 1 || part_count > kMaxPartNumber) {
-    return Status::Error(EINVAL, what + ": part count " + std::to_string(part_count) +
+  if (part_etags.empty() || part_etags.size() > static_cast<size_t>(kMaxPartNumber)) {
+    return Status::Error(EINVAL, what + ": part count " + std::to_string(part_etags.size()) +
                                      " outside 1.." + std::to_string(kMaxPartNumber));
   }
+  const int part_count = static_cast<int>(part_etags.size());
   std::vector<std::string> parts;
   for (int i = 1; i <= part_count; i++) {
     char name[32];
@@ -315,6 +338,10 @@ Status FileObjectStore::CompleteMultipart(const std::string& key, const std::str
         return Status::Error(EINVAL, what + ": part " + std::to_string(i) + " was never uploaded");
       }
       return Status::FromErrno("stat " + parts.back());
+    }
+    if (PartETag(st) != part_etags[i - 1]) {
+      return Status::Error(EINVAL, what + ": part " + std::to_string(i) + ": ETag \"" +
+                                       part_etags[i - 1] + "\" is not that of its latest upload");
     }
     if (i < part_count && static_cast<uint64_t>(st.st_size) < min_part_size_) {
       return Status::Error(EINVAL, what + ": part " + std::to_string(i) + " has " +

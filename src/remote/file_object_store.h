@@ -53,11 +53,15 @@ class FileObjectStore final : public ObjectStore {
 
   Status Put(const std::string& key, const std::string& data) override;
   Result<std::string> BeginMultipart(const std::string& key) override;  // 32 random hex digits
-  Status UploadPart(const std::string& key, const std::string& upload_id, int part_number,
-                    const std::string& data) override;
-  // Parts beyond part_count are discarded, as S3 does.
+  // The ETag names the part file (inode, size, modification time), so
+  // Complete can tell that a part is still the upload the caller has the
+  // ETag of, without hashing the data, across restarts of the process.
+  Result<std::string> UploadPart(const std::string& key, const std::string& upload_id,
+                                 int part_number, const std::string& data) override;
+  // Parts beyond part_etags.size() are discarded, as S3 does. EINVAL when an
+  // ETag is not that of the part's latest upload (S3's InvalidPart).
   Status CompleteMultipart(const std::string& key, const std::string& upload_id,
-                           int part_count) override;
+                           const std::vector<std::string>& part_etags) override;
   // ENOENT for an unknown (or already completed or aborted) upload, as S3's
   // NoSuchUpload.
   Status AbortMultipart(const std::string& key, const std::string& upload_id) override;

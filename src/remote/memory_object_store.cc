@@ -2,6 +2,7 @@
 #include "remote/memory_object_store.h"
 
 #include <algorithm>
+#include <climits>
 
 namespace ckptfs {
 
@@ -49,8 +50,9 @@ Result<std::string> MemoryObjectStore::BeginMultipart(const std::string& key) {
   return id;
 }
 
-Status MemoryObjectStore::UploadPart(const std::string& key, const std::string& upload_id,
-                                     int part_number, const std::string& data) {
+Result<std::string> MemoryObjectStore::UploadPart(const std::string& key,
+                                                  const std::string& upload_id, int part_number,
+                                                  const std::string& data) {
   std::lock_guard<std::mutex> lock(mu_);
   counters_.part++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
@@ -62,12 +64,13 @@ Status MemoryObjectStore::UploadPart(const std::string& key, const std::string& 
   }
   Result<Upload*> upload = FindUpload(key, upload_id);
   if (!upload.ok()) return upload.status();
-  (*upload)->parts[part_number] = data;
-  return Status::Ok();
+  std::string etag = "memetag" + std::to_string(next_etag_++);
+  (*upload)->parts[part_number] = Part{data, etag};
+  return etag;
 }
 
 Status MemoryObjectStore::CompleteMultipart(const std::string& key, const std::string& upload_id,
-                                            int part_count) {
+                                            const std::vector<std::string>& part_etags) {
   std::lock_guard<std::mutex> lock(mu_);
   counters_.complete++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
@@ -75,9 +78,10 @@ Status MemoryObjectStore::CompleteMultipart(const std::string& key, const std::s
   Result<Upload*> found = FindUpload(key, upload_id);
   if (!found.ok()) return found.status();
   const Upload& upload = **found;
+  const int part_count = static_cast<int>(std::min<size_t>(part_etags.size(), INT_MAX));
   if (part_count < 1 || part_count > kMaxPartNumber) {
     return Status::Error(EINVAL, "complete upload of " + key + ": part count " +
-                                     std::to_string(part_count) + " outside 1.." +
+                                     std::to_string(part_etags.size()) + " outside 1.." +
                                      std::to_string(kMaxPartNumber));
   }
   // Check everything before building anything, so a failure changes nothing.
@@ -88,17 +92,22 @@ Status MemoryObjectStore::CompleteMultipart(const std::string& key, const std::s
       return Status::Error(EINVAL, "complete upload of " + key + ": part " + std::to_string(i) +
                                        " was never uploaded");
     }
-    if (i < part_count && it->second.size() < min_part_size_) {
+    if (it->second.etag != part_etags[i - 1]) {
       return Status::Error(EINVAL, "complete upload of " + key + ": part " + std::to_string(i) +
-                                       " has " + std::to_string(it->second.size()) +
+                                       ": ETag \"" + part_etags[i - 1] +
+                                       "\" is not that of its latest upload");
+    }
+    if (i < part_count && it->second.data.size() < min_part_size_) {
+      return Status::Error(EINVAL, "complete upload of " + key + ": part " + std::to_string(i) +
+                                       " has " + std::to_string(it->second.data.size()) +
                                        " bytes, less than the minimum " +
                                        std::to_string(min_part_size_));
     }
-    total += it->second.size();
+    total += it->second.data.size();
   }
   std::string data;
   data.reserve(total);
-  for (int i = 1; i <= part_count; i++) data += upload.parts.at(i);
+  for (int i = 1; i <= part_count; i++) data += upload.parts.at(i).data;
   objects_[key] = std::move(data);
   uploads_.erase(upload_id);
   return Status::Ok();

@@ -40,11 +40,14 @@ class MemoryObjectStore final : public ObjectStore {
 
   Status Put(const std::string& key, const std::string& data) override;
   Result<std::string> BeginMultipart(const std::string& key) override;
-  Status UploadPart(const std::string& key, const std::string& upload_id, int part_number,
-                    const std::string& data) override;
-  // Parts beyond part_count are discarded, as S3 does.
+  // The ETag is "memetag" plus a number unique within this store, so an
+  // ETag from a replaced part no longer matches, as with S3.
+  Result<std::string> UploadPart(const std::string& key, const std::string& upload_id,
+                                 int part_number, const std::string& data) override;
+  // Parts beyond part_etags.size() are discarded, as S3 does. EINVAL when an
+  // ETag is not that of the part's latest upload (S3's InvalidPart).
   Status CompleteMultipart(const std::string& key, const std::string& upload_id,
-                           int part_count) override;
+                           const std::vector<std::string>& part_etags) override;
   Status AbortMultipart(const std::string& key, const std::string& upload_id) override;
   uint64_t min_part_size() const override { return min_part_size_; }
   // An offset at or past the end gives an empty string.
@@ -75,9 +78,13 @@ class MemoryObjectStore final : public ObjectStore {
   std::optional<std::string> Peek(const std::string& key) const;
 
  private:
+  struct Part {
+    std::string data;
+    std::string etag;
+  };
   struct Upload {
     std::string key;
-    std::map<int, std::string> parts;  // by part number
+    std::map<int, Part> parts;  // by part number
   };
   struct Counters {
     size_t put = 0, begin = 0, part = 0, complete = 0, abort = 0;
@@ -96,6 +103,7 @@ class MemoryObjectStore final : public ObjectStore {
   std::map<std::string, std::string> objects_;  // GUARDED_BY(mu_); ordered = key order
   std::map<std::string, Upload> uploads_;       // GUARDED_BY(mu_); by upload id
   uint64_t next_upload_ = 1;                    // GUARDED_BY(mu_)
+  uint64_t next_etag_ = 1;                      // GUARDED_BY(mu_)
   Counters counters_;                           // GUARDED_BY(mu_)
   int fail_next_ = 0;                           // GUARDED_BY(mu_)
   int fail_err_ = 0;                            // GUARDED_BY(mu_)

@@ -34,13 +34,18 @@ class ObjectStore {
 
   // Large objects in parts: Begin, UploadPart (1-based part numbers, any
   // order, parts of at least min_part_size() except the last), Complete
-  // with every part number in order; Abort discards. Until Complete the
-  // object is not visible.
+  // with the ETags of parts 1..N in order; Abort discards. Until Complete
+  // the object is not visible. UploadPart returns the part's ETag, an opaque
+  // token the caller keeps (S3 needs it to assemble the object), so a store
+  // holds no per-upload state in memory and an upload survives a restart of
+  // the process as long as the caller persisted the id and the ETags.
+  // Uploading a part number again replaces the part; only the ETag of its
+  // latest upload completes the object.
   virtual Result<std::string> BeginMultipart(const std::string& key) = 0;  // upload id
-  virtual Status UploadPart(const std::string& key, const std::string& upload_id, int part_number,
-                            const std::string& data) = 0;
+  virtual Result<std::string> UploadPart(const std::string& key, const std::string& upload_id,
+                                         int part_number, const std::string& data) = 0;  // ETag
   virtual Status CompleteMultipart(const std::string& key, const std::string& upload_id,
-                                   int part_count) = 0;
+                                   const std::vector<std::string>& part_etags) = 0;
   virtual Status AbortMultipart(const std::string& key, const std::string& upload_id) = 0;
   virtual uint64_t min_part_size() const { return 5ULL << 20; }
 

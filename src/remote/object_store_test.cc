@@ -1,12 +1,15 @@
-// The ObjectStore contract, run against both FileObjectStore and
-// MemoryObjectStore, then what is particular to each: the file store's
-// on-disk layout (natural paths, no leftovers, pruning) and the memory
-// store's fault injection and counters.
+// The ObjectStore contract, run against MemoryObjectStore, FileObjectStore
+// and the S3 store (on s3rver, each test under its own prefix of one
+// bucket), then what is particular to each: the file store's on-disk layout
+// (natural paths, no leftovers, pruning) and the memory store's fault
+// injection and counters. The S3 store's own tests are in
+// s3_object_store_test.cc.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +21,8 @@
 #include "remote/file_object_store.h"
 #include "remote/memory_object_store.h"
 #include "remote/object_store.h"
+#include "remote/s3_object_store.h"
+#include "remote/s3rver_for_test.h"
 
 namespace ckptfs {
 namespace {
@@ -26,14 +31,50 @@ namespace fs = std::filesystem;
 
 using TempDir = TempDirForTest;
 
+// A factory opens a fresh, empty store for each test; the suite hooks let
+// one start a server for all the tests of a suite.
 struct MemoryFactory {
+  static constexpr bool kNeedsS3rver = false;
+  static void SetUpTestSuite() {}
+  static void TearDownTestSuite() {}
   std::unique_ptr<ObjectStore> Open() { return std::make_unique<MemoryObjectStore>(); }
 };
 
 struct FileFactory {
+  static constexpr bool kNeedsS3rver = false;
+  static void SetUpTestSuite() {}
+  static void TearDownTestSuite() {}
   TempDir dir;
   std::unique_ptr<ObjectStore> Open() {
     Result<std::unique_ptr<ObjectStore>> store = OpenFileObjectStore(dir.path());
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+};
+
+// One s3rver for the suite; each test gets a prefix of its own, so it sees
+// an empty store (and the prefix handling is exercised on every call).
+struct S3Factory {
+  static constexpr bool kNeedsS3rver = true;
+  static inline S3rverForTest* server = nullptr;
+  static inline Status started;
+  static void SetUpTestSuite() {
+    if (!S3rverForTest::Installed()) return;
+    server = new S3rverForTest;
+    started = server->Start();
+  }
+  static void TearDownTestSuite() {
+    delete server;
+    server = nullptr;
+  }
+  std::unique_ptr<ObjectStore> Open() {
+    static std::atomic<int> next{0};
+    if (server == nullptr || !started.ok()) {
+      ADD_FAILURE() << "s3rver did not start: " << started.ToString();
+      return nullptr;
+    }
+    Result<std::unique_ptr<ObjectStore>> store =
+        OpenS3ObjectStore(server->Config("contract/t" + std::to_string(next++)));
     EXPECT_TRUE(store.ok()) << store.status().ToString();
     return store.ok() ? std::move(store).value() : nullptr;
   }
@@ -65,12 +106,29 @@ std::vector<std::string> Keys(ObjectStore* store, const std::string& prefix) {
 template <typename Factory>
 class ObjectStoreContractTest : public testing::Test {
  protected:
+  static void SetUpTestSuite() { Factory::SetUpTestSuite(); }
+  static void TearDownTestSuite() { Factory::TearDownTestSuite(); }
+  void SetUp() override {
+    if constexpr (Factory::kNeedsS3rver) CKPTFS_REQUIRE_S3RVER();
+    store_ = factory_.Open();
+    ASSERT_NE(store_, nullptr);
+  }
+
   Factory factory_;
-  std::unique_ptr<ObjectStore> store_ = factory_.Open();
+  std::unique_ptr<ObjectStore> store_;
 };
 
-using Factories = testing::Types<MemoryFactory, FileFactory>;
+using Factories = testing::Types<MemoryFactory, FileFactory, S3Factory>;
 TYPED_TEST_SUITE(ObjectStoreContractTest, Factories);
+
+// The multipart rules S3 enforces too (NoSuchUpload, EntityTooSmall,
+// InvalidPart for a stale ETag, AbortMultipartUpload), but s3rver 3.7.1
+// implements none of them, so only the local stores are held to them here.
+template <typename Factory>
+class ObjectStoreMultipartRulesTest : public ObjectStoreContractTest<Factory> {};
+
+using StrictFactories = testing::Types<MemoryFactory, FileFactory>;
+TYPED_TEST_SUITE(ObjectStoreMultipartRulesTest, StrictFactories);
 
 TYPED_TEST(ObjectStoreContractTest, PutGetHead) {
   ObjectStore* s = this->store_.get();
@@ -187,24 +245,31 @@ TYPED_TEST(ObjectStoreContractTest, InvalidKeysAreEinval) {
   EXPECT_TRUE(Keys(s, "").empty());
 }
 
+struct Uploaded {
+  std::string data;                // the object the parts make up
+  std::vector<std::string> etags;  // by part number - 1; "" for parts not uploaded
+};
+
 // Uploads parts in the given order for a part_count-part object of parts
-// min, min, ..., last_size; returns the expected contents.
-std::string UploadParts(ObjectStore* s, const std::string& key, const std::string& id,
-                        const std::vector<int>& order, int part_count, size_t last_size) {
+// min, min, ..., last_size.
+Uploaded UploadParts(ObjectStore* s, const std::string& key, const std::string& id,
+                     const std::vector<int>& order, int part_count, size_t last_size) {
   std::vector<std::string> parts;
   for (int i = 1; i <= part_count; i++) {
     parts.push_back(Bytes(i == part_count ? last_size : s->min_part_size(), i));
   }
+  Uploaded up;
+  up.etags.resize(part_count);
   for (int n : order) {
-    Status st = s->UploadPart(key, id, n, parts[n - 1]);
-    EXPECT_TRUE(st.ok()) << st.ToString();
+    Result<std::string> etag = s->UploadPart(key, id, n, parts[n - 1]);
+    EXPECT_TRUE(etag.ok()) << etag.status().ToString();
+    if (etag.ok()) up.etags[n - 1] = *etag;
   }
-  std::string all;
-  for (const std::string& p : parts) all += p;
-  return all;
+  for (const std::string& p : parts) up.data += p;
+  return up;
 }
 
-TYPED_TEST(ObjectStoreContractTest, MultipartHappyPath) {
+TYPED_TEST(ObjectStoreMultipartRulesTest, MultipartHappyPath) {
   ObjectStore* s = this->store_.get();
   Result<std::string> id = s->BeginMultipart("run1/step1/big.bin");
   ASSERT_TRUE(id.ok()) << id.status().ToString();
@@ -213,18 +278,19 @@ TYPED_TEST(ObjectStoreContractTest, MultipartHappyPath) {
   EXPECT_NE(*id, *other);
   ASSERT_TRUE(s->AbortMultipart("run1/step1/big.bin", *other).ok());
 
-  const std::string want = UploadParts(s, "run1/step1/big.bin", *id, {3, 1, 2}, 3, 1000);
+  const Uploaded up = UploadParts(s, "run1/step1/big.bin", *id, {3, 1, 2}, 3, 1000);
+  const std::string& want = up.data;
   // Not visible before Complete.
   EXPECT_EQ(s->Head("run1/step1/big.bin").err(), ENOENT);
   EXPECT_TRUE(Keys(s, "").empty());
-  ASSERT_TRUE(s->CompleteMultipart("run1/step1/big.bin", *id, 3).ok());
+  ASSERT_TRUE(s->CompleteMultipart("run1/step1/big.bin", *id, up.etags).ok());
   EXPECT_EQ(s->Head("run1/step1/big.bin")->size, want.size());
   EXPECT_TRUE(Get(s, "run1/step1/big.bin") == want);
   const uint64_t min = s->min_part_size();
   EXPECT_EQ(*s->GetRange("run1/step1/big.bin", min - 3, 6), want.substr(min - 3, 6));
   EXPECT_EQ(Keys(s, ""), std::vector<std::string>{"run1/step1/big.bin"});
   // The upload is gone once completed.
-  EXPECT_EQ(s->CompleteMultipart("run1/step1/big.bin", *id, 3).err(), ENOENT);
+  EXPECT_EQ(s->CompleteMultipart("run1/step1/big.bin", *id, up.etags).err(), ENOENT);
   EXPECT_EQ(s->AbortMultipart("run1/step1/big.bin", *id).err(), ENOENT);
 }
 
@@ -233,38 +299,59 @@ TYPED_TEST(ObjectStoreContractTest, MultipartSmallSinglePartAndReupload) {
   Result<std::string> id = s->BeginMultipart("k");
   ASSERT_TRUE(id.ok());
   ASSERT_TRUE(s->UploadPart("k", *id, 1, "first try").ok());
-  ASSERT_TRUE(s->UploadPart("k", *id, 1, "retried").ok());  // the later upload wins
-  ASSERT_TRUE(s->UploadPart("k", *id, 2, "beyond part_count: discarded").ok());
-  ASSERT_TRUE(s->CompleteMultipart("k", *id, 1).ok());  // the last part may be small
+  Result<std::string> retried = s->UploadPart("k", *id, 1, "retried");  // the later upload wins
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_FALSE(retried->empty());
+  ASSERT_TRUE(s->UploadPart("k", *id, 2, "beyond the ETags given: discarded").ok());
+  Status st = s->CompleteMultipart("k", *id, {*retried});  // the last part may be small
+  ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(Get(s, "k"), "retried");
 }
 
-TYPED_TEST(ObjectStoreContractTest, MultipartPartTooSmall) {
+TYPED_TEST(ObjectStoreMultipartRulesTest, MultipartStaleETagIsEinval) {
   ObjectStore* s = this->store_.get();
   Result<std::string> id = s->BeginMultipart("k");
   ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(s->UploadPart("k", *id, 1, "tiny").ok());
-  ASSERT_TRUE(s->UploadPart("k", *id, 2, "end").ok());
-  EXPECT_EQ(s->CompleteMultipart("k", *id, 2).err(), EINVAL);
+  Result<std::string> first = s->UploadPart("k", *id, 1, "first try");
+  Result<std::string> second = s->UploadPart("k", *id, 1, "retried");
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_NE(*first, *second);
+  EXPECT_EQ(s->CompleteMultipart("k", *id, {*first}).err(), EINVAL);
+  EXPECT_EQ(s->CompleteMultipart("k", *id, {"not-an-etag"}).err(), EINVAL);
+  EXPECT_EQ(s->Head("k").err(), ENOENT);
+  ASSERT_TRUE(s->CompleteMultipart("k", *id, {*second}).ok());
+  EXPECT_EQ(Get(s, "k"), "retried");
+}
+
+TYPED_TEST(ObjectStoreMultipartRulesTest, MultipartPartTooSmall) {
+  ObjectStore* s = this->store_.get();
+  Result<std::string> id = s->BeginMultipart("k");
+  ASSERT_TRUE(id.ok());
+  Result<std::string> tiny = s->UploadPart("k", *id, 1, "tiny");
+  Result<std::string> end = s->UploadPart("k", *id, 2, "end");
+  ASSERT_TRUE(tiny.ok() && end.ok());
+  EXPECT_EQ(s->CompleteMultipart("k", *id, {*tiny, *end}).err(), EINVAL);
   EXPECT_EQ(s->Head("k").err(), ENOENT);
   // The upload survives a refused Complete and can be aborted.
   EXPECT_TRUE(s->AbortMultipart("k", *id).ok());
 }
 
-TYPED_TEST(ObjectStoreContractTest, MultipartMissingPart) {
+TYPED_TEST(ObjectStoreMultipartRulesTest, MultipartMissingPart) {
   ObjectStore* s = this->store_.get();
   Result<std::string> id = s->BeginMultipart("k");
   ASSERT_TRUE(id.ok());
-  UploadParts(s, "k", *id, {1, 3}, 3, 10);
-  EXPECT_EQ(s->CompleteMultipart("k", *id, 3).err(), EINVAL);
-  EXPECT_EQ(s->CompleteMultipart("k", *id, 0).err(), EINVAL);
+  const Uploaded up = UploadParts(s, "k", *id, {1, 3}, 3, 10);
+  EXPECT_EQ(s->CompleteMultipart("k", *id, up.etags).err(), EINVAL);
+  EXPECT_EQ(s->CompleteMultipart("k", *id, {}).err(), EINVAL);
+  EXPECT_EQ(s->CompleteMultipart("k", *id, std::vector<std::string>(10001, up.etags[0])).err(),
+            EINVAL);
   EXPECT_EQ(s->UploadPart("k", *id, 0, "x").err(), EINVAL);
   EXPECT_EQ(s->UploadPart("k", *id, 10001, "x").err(), EINVAL);
   EXPECT_EQ(s->Head("k").err(), ENOENT);
   EXPECT_TRUE(s->AbortMultipart("k", *id).ok());
 }
 
-TYPED_TEST(ObjectStoreContractTest, MultipartAbortAndUnknownUploads) {
+TYPED_TEST(ObjectStoreMultipartRulesTest, MultipartAbortAndUnknownUploads) {
   ObjectStore* s = this->store_.get();
   ASSERT_TRUE(s->Put("k", "old").ok());
   Result<std::string> id = s->BeginMultipart("k");
@@ -273,17 +360,17 @@ TYPED_TEST(ObjectStoreContractTest, MultipartAbortAndUnknownUploads) {
   ASSERT_TRUE(s->AbortMultipart("k", *id).ok());
   EXPECT_EQ(Get(s, "k"), "old");  // an aborted upload leaves the old object alone
   EXPECT_EQ(s->UploadPart("k", *id, 1, "x").err(), ENOENT);
-  EXPECT_EQ(s->CompleteMultipart("k", *id, 1).err(), ENOENT);
+  EXPECT_EQ(s->CompleteMultipart("k", *id, {"x"}).err(), ENOENT);
   EXPECT_EQ(s->AbortMultipart("k", *id).err(), ENOENT);
 
   Result<std::string> live = s->BeginMultipart("k");
   ASSERT_TRUE(live.ok());
   EXPECT_EQ(s->UploadPart("other", *live, 1, "x").err(), ENOENT);  // upload of another key
-  EXPECT_EQ(s->CompleteMultipart("other", *live, 1).err(), ENOENT);
+  EXPECT_EQ(s->CompleteMultipart("other", *live, {"x"}).err(), ENOENT);
   for (const std::string& bogus : {std::string("bogus"), std::string("../../etc"),
                                    std::string(32, '0'), std::string()}) {
     EXPECT_EQ(s->UploadPart("k", bogus, 1, "x").err(), ENOENT) << bogus;
-    EXPECT_EQ(s->CompleteMultipart("k", bogus, 1).err(), ENOENT) << bogus;
+    EXPECT_EQ(s->CompleteMultipart("k", bogus, {"x"}).err(), ENOENT) << bogus;
     EXPECT_EQ(s->AbortMultipart("k", bogus).err(), ENOENT) << bogus;
   }
   EXPECT_TRUE(s->AbortMultipart("k", *live).ok());
@@ -369,10 +456,10 @@ TEST_F(FileObjectStoreTest, ObjectsArePlainFilesAtNaturalPaths) {
 
   Result<std::string> id = store_->BeginMultipart("run1/step1/big");
   ASSERT_TRUE(id.ok());
-  const std::string want = UploadParts(store_.get(), "run1/step1/big", *id, {2, 1, 3}, 3, 7);
+  const Uploaded up = UploadParts(store_.get(), "run1/step1/big", *id, {2, 1, 3}, 3, 7);
   EXPECT_FALSE(fs::exists(Path("run1/step1/big")));
-  ASSERT_TRUE(store_->CompleteMultipart("run1/step1/big", *id, 3).ok());
-  EXPECT_EQ(ReadFile("run1/step1/big"), want);
+  ASSERT_TRUE(store_->CompleteMultipart("run1/step1/big", *id, up.etags).ok());
+  EXPECT_EQ(ReadFile("run1/step1/big"), up.data);
 
   // And files put there by other tools are objects.
   fs::create_directories(Path("other/tool"));
@@ -386,13 +473,13 @@ TEST_F(FileObjectStoreTest, NoTemporaryFilesLeftBehind) {
   ASSERT_TRUE(store_->Put("a/b", "replaced").ok());
   Result<std::string> done = store_->BeginMultipart("a/c");
   ASSERT_TRUE(done.ok());
-  UploadParts(store_.get(), "a/c", *done, {1, 2}, 2, 5);
-  ASSERT_TRUE(store_->CompleteMultipart("a/c", *done, 2).ok());
+  const Uploaded up = UploadParts(store_.get(), "a/c", *done, {1, 2}, 2, 5);
+  ASSERT_TRUE(store_->CompleteMultipart("a/c", *done, up.etags).ok());
   Result<std::string> aborted = store_->BeginMultipart("a/d");
   ASSERT_TRUE(aborted.ok());
   ASSERT_TRUE(store_->UploadPart("a/d", *aborted, 1, "x").ok());
   ASSERT_TRUE(store_->AbortMultipart("a/d", *aborted).ok());
-  EXPECT_EQ(store_->CompleteMultipart("a/c", "0123456789abcdef0123456789abcdef", 1).err(),
+  EXPECT_EQ(store_->CompleteMultipart("a/c", "0123456789abcdef0123456789abcdef", {"x"}).err(),
             ENOENT);
   EXPECT_EQ(Entries(".ckptfs-tmp"), 0u);
   EXPECT_EQ(Entries(".ckptfs-multipart"), 0u);
@@ -421,7 +508,7 @@ TEST_F(FileObjectStoreTest, CrashLeftoversAreIgnored) {
   EXPECT_EQ(Keys(store_.get(), ""), std::vector<std::string>{"run/obj"});
   EXPECT_TRUE(Keys(store_.get(), ".ckptfs").empty());
   // The upload without its key file is unknown.
-  EXPECT_EQ(store_->CompleteMultipart("run/obj", "00112233445566778899aabbccddeeff", 1).err(),
+  EXPECT_EQ(store_->CompleteMultipart("run/obj", "00112233445566778899aabbccddeeff", {"x"}).err(),
             ENOENT);
   // The reserved names are not keys.
   EXPECT_EQ(store_->Head(".ckptfs-tmp/0123abcd").err(), EINVAL);
@@ -461,7 +548,7 @@ TEST(MemoryObjectStoreTest, FailNextFailsThenRecovers) {
   EXPECT_EQ(s.Put("", "x").err(), ENOSPC);
   EXPECT_EQ(s.BeginMultipart("m").err(), ENOSPC);
   EXPECT_EQ(s.UploadPart("m", "id", 1, "x").err(), ENOSPC);
-  EXPECT_EQ(s.CompleteMultipart("m", "id", 1).err(), ENOSPC);
+  EXPECT_EQ(s.CompleteMultipart("m", "id", {"x"}).err(), ENOSPC);
   EXPECT_EQ(s.AbortMultipart("m", "id").err(), ENOSPC);
   EXPECT_EQ(s.Head("k").err(), ENOSPC);
   EXPECT_EQ(s.List("").err(), ENOSPC);
@@ -479,13 +566,14 @@ TEST(MemoryObjectStoreTest, FailedCompleteKeepsTheUpload) {
   MemoryObjectStore s(/*min_part_size=*/4);
   Result<std::string> id = s.BeginMultipart("k");
   ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(s.UploadPart("k", *id, 1, "abcd").ok());
-  ASSERT_TRUE(s.UploadPart("k", *id, 2, "e").ok());
+  Result<std::string> p1 = s.UploadPart("k", *id, 1, "abcd");
+  Result<std::string> p2 = s.UploadPart("k", *id, 2, "e");
+  ASSERT_TRUE(p1.ok() && p2.ok());
   s.FailNext(1, ETIMEDOUT);
-  EXPECT_EQ(s.CompleteMultipart("k", *id, 2).err(), ETIMEDOUT);
+  EXPECT_EQ(s.CompleteMultipart("k", *id, {*p1, *p2}).err(), ETIMEDOUT);
   EXPECT_EQ(s.upload_count(), 1u);
   EXPECT_FALSE(s.Peek("k").has_value());
-  ASSERT_TRUE(s.CompleteMultipart("k", *id, 2).ok());  // the retry succeeds
+  ASSERT_TRUE(s.CompleteMultipart("k", *id, {*p1, *p2}).ok());  // the retry succeeds
   EXPECT_EQ(*s.Peek("k"), "abcde");
   EXPECT_EQ(s.upload_count(), 0u);
 }
@@ -515,9 +603,10 @@ TEST(MemoryObjectStoreTest, CountersCountCallsIncludingFailures) {
   EXPECT_FALSE(s.Put("a", "2").ok());
   Result<std::string> id = s.BeginMultipart("m");
   ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(s.UploadPart("m", *id, 1, "xy").ok());
-  ASSERT_TRUE(s.UploadPart("m", *id, 2, "z").ok());
-  ASSERT_TRUE(s.CompleteMultipart("m", *id, 2).ok());
+  Result<std::string> p1 = s.UploadPart("m", *id, 1, "xy");
+  Result<std::string> p2 = s.UploadPart("m", *id, 2, "z");
+  ASSERT_TRUE(p1.ok() && p2.ok());
+  ASSERT_TRUE(s.CompleteMultipart("m", *id, {*p1, *p2}).ok());
   EXPECT_TRUE(s.GetRange("m", 0, 10).ok());
   EXPECT_TRUE(s.GetRange("m", 1, 1).ok());
   EXPECT_TRUE(s.Head("m").ok());

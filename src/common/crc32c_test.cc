@@ -1,0 +1,39 @@
+#include "common/crc32c.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+namespace ckptfs {
+namespace {
+
+// Check values from RFC 3720 (iSCSI), appendix B.4.
+TEST(Crc32c, KnownValues) {
+  EXPECT_EQ(Crc32c(0, "123456789", 9), 0xE3069283u);
+  const std::string zeros(32, '\0');
+  EXPECT_EQ(Crc32c(0, zeros.data(), zeros.size()), 0x8A9136AAu);
+  const std::string ones(32, '\xff');
+  EXPECT_EQ(Crc32c(0, ones.data(), ones.size()), 0x62A8AB43u);
+  std::string ascending(32, '\0');
+  for (int i = 0; i < 32; i++) ascending[i] = static_cast<char>(i);
+  EXPECT_EQ(Crc32c(0, ascending.data(), ascending.size()), 0x46DD794Eu);
+  EXPECT_EQ(Crc32c(0, "", 0), 0u);
+}
+
+TEST(Crc32c, HardwareMatchesPortableAndExtends) {
+  std::mt19937_64 rng(7);
+  std::string data(10000, '\0');
+  for (auto& c : data) c = static_cast<char>(rng());
+  for (size_t len : {0, 1, 7, 8, 9, 63, 64, 4095, 10000}) {
+    for (size_t split : {size_t{0}, len / 3, len}) {
+      const uint32_t whole = Crc32c(0, data.data(), len);
+      EXPECT_EQ(whole, Crc32cPortable(0, data.data(), len)) << len;
+      const uint32_t a = Crc32c(0, data.data(), split);
+      EXPECT_EQ(Crc32c(a, data.data() + split, len - split), whole) << len << "/" << split;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs

@@ -1,0 +1,615 @@
+// The namespace's side of the remote tier (SPEC section 4): which files must
+// be uploaded, which objects hold which files, when a step is persisted,
+// which remote objects are garbage, what may be evicted, and cold-mount
+// imports. RemoteTier (src/tiering) does the I/O on its own threads and
+// calls these methods; every decision is made here, under mu_, against the
+// in-memory image, and recorded in the manifest (docs/manifest.md).
+#include <algorithm>
+
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+namespace {
+
+int64_t VersionMtime(const Inode& inode) { return TimespecToNanos(inode.rec.mtime); }
+
+bool SameVersion(const Inode& inode, uint64_t size, int64_t mtime_ns) {
+  return inode.rec.size == size && VersionMtime(inode) == mtime_ns;
+}
+
+}  // namespace
+
+void FileSystem::SetTierHooks(TierHooks* hooks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tier_ = hooks;
+}
+
+void FileSystem::LoadTierState(Status* decode_error) {
+  Status st = manifest_->Scan(KeySpace::kObjects, "", [&](std::string_view k, std::string_view v) {
+    auto ino = DecodeInoKey(k);
+    auto rec = DecodeObject(v);
+    if (!ino.ok() || !rec.ok()) {
+      *decode_error = ino.ok() ? rec.status() : ino.status();
+      return false;
+    }
+    if (Inode* inode = Find(*ino)) {
+      object_keys_[rec->key] = *ino;
+      inode->object = std::move(rec).value();
+    }
+    return true;
+  });
+  if (!st.ok()) *decode_error = st;
+  if (!decode_error->ok()) return;
+  st = manifest_->Scan(KeySpace::kUploads, "", [&](std::string_view k, std::string_view v) {
+    auto ino = DecodeInoKey(k);
+    auto rec = DecodeUpload(v);
+    if (!ino.ok() || !rec.ok()) {
+      *decode_error = ino.ok() ? rec.status() : ino.status();
+      return false;
+    }
+    uploads_[*ino] = std::move(rec).value();
+    return true;
+  });
+  if (!st.ok()) *decode_error = st;
+}
+
+bool FileSystem::ObjectIsCurrent(const Inode& inode, const std::string& path) const {
+  return inode.object && inode.object->key == path &&
+         SameVersion(inode, inode.object->size, inode.object->mtime_ns);
+}
+
+void FileSystem::QueueUploadLocked(Inode* inode, ManifestBatch* batch) {
+  if (!options_.remote || !inode->is_reg() || inode->rec.nlink == 0) return;
+  if (StepOf(inode->rec.parent) == 0) return;  // only checkpoint data goes to the remote
+  UploadRecord& rec = uploads_[inode->rec.ino];
+  rec.size = inode->rec.size;
+  rec.mtime_ns = VersionMtime(*inode);
+  batch->Put(KeySpace::kUploads, InoKey(inode->rec.ino), EncodeUpload(rec));
+  if (tier_) tier_->UploadsQueued();
+}
+
+void FileSystem::QueueRemoteDeleteLocked(const std::string& key, bool commit_object,
+                                         ManifestBatch* batch) {
+  if (!commit_object && object_keys_.count(key)) return;  // a live file's object
+  batch->Put(KeySpace::kRemoteGc, RemoteGcKey(key, commit_object), "");
+}
+
+void FileSystem::ForgetObjectLocked(Inode* inode, ManifestBatch* batch) {
+  if (!inode->is_reg()) return;
+  const uint64_t ino = inode->rec.ino;
+  if (uploads_.erase(ino)) batch->Delete(KeySpace::kUploads, InoKey(ino));
+  if (tier_) tier_->Forget(ino);
+  if (!inode->object) return;
+  auto it = object_keys_.find(inode->object->key);
+  if (it != object_keys_.end() && it->second == ino) object_keys_.erase(it);
+  batch->Delete(KeySpace::kObjects, InoKey(ino));
+  QueueRemoteDeleteLocked(inode->object->key, false, batch);
+  inode->object.reset();
+}
+
+void FileSystem::UnpersistStepLocked(uint64_t step_ino, const std::string& old_path,
+                                     ManifestBatch* batch) {
+  if (!options_.remote) return;
+  // Any committed step may have a commit object (or one being written),
+  // even one that just stopped being a step (renamed to another name).
+  QueueRemoteDeleteLocked(CommitObjectKey(old_path), true, batch);
+  auto it = steps_.find(step_ino);
+  if (it == steps_.end()) return;
+  if (it->second.persisted) {
+    it->second.persisted = false;
+    batch->Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(it->second));
+  }
+}
+
+std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnder(Inode* dir) {
+  std::vector<std::pair<uint64_t, std::string>> out;
+  if (!options_.remote || !dir->is_dir()) return out;
+  std::vector<Inode*> todo = {dir};
+  while (!todo.empty()) {
+    Inode* d = todo.back();
+    todo.pop_back();
+    auto it = steps_.find(d->rec.ino);
+    if (it != steps_.end()) {
+      if (it->second.state == StepState::kCommitted) out.emplace_back(d->rec.ino, PathOfLocked(d->rec.ino));
+      continue;  // no steps inside steps
+    }
+    for (const auto& [name, dent] : d->children) {
+      Inode* child = Find(dent.ino);
+      if (child && child->is_dir()) todo.push_back(child);
+    }
+  }
+  return out;
+}
+
+void FileSystem::NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std::string>>& moved,
+                                      ManifestBatch* batch) {
+  for (const auto& [step_ino, old_path] : moved) {
+    if (PathOfLocked(step_ino) == old_path) continue;
+    UnpersistStepLocked(step_ino, old_path, batch);
+    // Objects sit at natural keys: the files go up again under the new
+    // path; their old objects are deleted once the new ones exist.
+    std::vector<std::pair<std::string, uint64_t>> files;
+    if (Inode* dir = Find(step_ino)) CollectFiles(dir, "", &files);
+    for (const auto& [rel, ino] : files) QueueUploadLocked(Find(ino), batch);
+  }
+}
+
+std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std::set<uint64_t>& busy) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<UploadJob> out;
+  ManifestBatch drop;
+  for (auto it = uploads_.begin(); it != uploads_.end() && out.size() < max;) {
+    const uint64_t ino = it->first;
+    Inode* inode = Find(ino);
+    if (!inode || inode->rec.nlink == 0 || !inode->is_reg() || StepOf(inode->rec.parent) == 0) {
+      // Gone, or moved out of every step: nothing to upload.
+      drop.Delete(KeySpace::kUploads, InoKey(ino));
+      it = uploads_.erase(it);
+      continue;
+    }
+    if (busy.count(ino) || inode->open_writers > 0) {
+      ++it;
+      continue;
+    }
+    UploadJob job;
+    job.ino = ino;
+    job.key = PathOfLocked(ino);
+    job.size = inode->rec.size;
+    job.mtime_ns = VersionMtime(*inode);
+    job.resident = !inode->object || inode->object->resident;
+    if (!job.resident) job.source_key = inode->object->key;
+    job.stale_upload_id = it->second.upload_id;
+    job.stale_upload_key = it->second.upload_key;
+    out.push_back(std::move(job));
+    ++it;
+  }
+  (void)Apply(drop, false);
+  return out;
+}
+
+Status FileSystem::NoteMultipartStarted(const UploadJob& job, const std::string& upload_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = uploads_.find(job.ino);
+  if (it == uploads_.end()) return Status::Ok();
+  it->second.upload_id = upload_id;
+  it->second.upload_key = job.key;
+  ManifestBatch batch;
+  batch.Put(KeySpace::kUploads, InoKey(job.ino), EncodeUpload(it->second));
+  return Apply(batch, false);
+}
+
+void FileSystem::ClaimKey(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  claimed_keys_[key]++;
+  ManifestBatch batch;
+  batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, false));
+  batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, true));
+  (void)Apply(batch, false);
+}
+
+void FileSystem::ReleaseKey(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = claimed_keys_.find(key);
+  if (it != claimed_keys_.end() && --it->second <= 0) claimed_keys_.erase(it);
+}
+
+Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = claimed_keys_.find(job.key); it != claimed_keys_.end() && --it->second <= 0) {
+    claimed_keys_.erase(it);
+  }
+  ManifestBatch batch;
+  Inode* inode = Find(job.ino);
+  if (!inode || inode->rec.nlink == 0 || !inode->is_reg()) {
+    // Deleted while it was uploading: the object is garbage already.
+    QueueRemoteDeleteLocked(job.key, false, &batch);
+    return Apply(batch, false);
+  }
+  const std::string path = PathOfLocked(job.ino);
+  if (path != job.key || !SameVersion(*inode, job.size, job.mtime_ns)) {
+    // Written or moved meanwhile: the file stays queued; an object left at
+    // an old path is nobody's.
+    if (path != job.key) QueueRemoteDeleteLocked(job.key, false, &batch);
+    if (!uploads_.count(job.ino)) QueueUploadLocked(inode, &batch);
+    return Apply(batch, false);
+  }
+  ObjectRecord rec;
+  rec.key = job.key;
+  rec.size = job.size;
+  rec.mtime_ns = job.mtime_ns;
+  rec.crc32c = crc32c;
+  rec.resident = !inode->object || inode->object->resident;
+  if (inode->object && inode->object->key != job.key) {
+    const std::string old_key = inode->object->key;
+    object_keys_.erase(old_key);
+    QueueRemoteDeleteLocked(old_key, false, &batch);
+  }
+  inode->object = rec;
+  object_keys_[rec.key] = job.ino;
+  batch.Put(KeySpace::kObjects, InoKey(job.ino), EncodeObject(rec));
+  if (uploads_.erase(job.ino)) batch.Delete(KeySpace::kUploads, InoKey(job.ino));
+  return Apply(batch, false);
+}
+
+void FileSystem::CollectTree(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete) {
+  for (const auto& [name, dent] : dir->children) {
+    Inode* child = Find(dent.ino);
+    if (!child) continue;
+    const std::string rel = prefix.empty() ? name : prefix + "/" + name;
+    if (child->is_dir()) {
+      obj->dirs.push_back(rel);
+      CollectTree(child, rel, obj, complete);
+    } else if (child->is_symlink()) {
+      obj->symlinks.push_back({rel, child->rec.symlink_target});
+    } else if (child->is_reg()) {
+      const std::string key = obj->step_path + "/" + rel;
+      if (!ObjectIsCurrent(*child, key)) {
+        *complete = false;
+        // Not uploaded where it is now and not queued (moved before the
+        // step was committed): queue it.
+        if (!uploads_.count(child->rec.ino)) {
+          ManifestBatch batch;
+          QueueUploadLocked(child, &batch);
+          (void)Apply(batch, false);
+        }
+        continue;
+      }
+      if (uploads_.count(child->rec.ino)) *complete = false;
+      obj->files.push_back({rel, child->rec.size, child->object->crc32c, child->rec.mode & 07777,
+                            VersionMtime(*child)});
+      obj->bytes += child->rec.size;
+    }
+  }
+}
+
+std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PersistJob> out;
+  if (!options_.remote) return out;
+  for (const auto& [ino, rec] : steps_) {
+    if (rec.state != StepState::kCommitted || rec.persisted) continue;
+    Inode* dir = Find(ino);
+    if (!dir) continue;
+    CommitObject obj;
+    obj.step_path = PathOfLocked(ino);
+    obj.step = rec.step;
+    obj.committed_at = rec.committed_at;
+    obj.ephemeral = rec.ephemeral;
+    bool complete = true;
+    CollectTree(dir, "", &obj, &complete);
+    if (!complete) continue;
+    out.push_back(PersistJob{ino, CommitObjectKey(obj.step_path), EncodeCommitObject(obj)});
+  }
+  return out;
+}
+
+Status FileSystem::MarkPersisted(const PersistJob& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = claimed_keys_.find(job.key); it != claimed_keys_.end() && --it->second <= 0) {
+    claimed_keys_.erase(it);
+  }
+  ManifestBatch batch;
+  auto it = steps_.find(job.step_ino);
+  if (it == steps_.end() || it->second.state != StepState::kCommitted ||
+      CommitObjectKey(PathOfLocked(job.step_ino)) != job.key) {
+    // Removed, renamed or being deleted while the object was written: it
+    // must not make a step look complete.
+    QueueRemoteDeleteLocked(job.key, true, &batch);
+    return Apply(batch, false);
+  }
+  it->second.persisted = true;
+  const StepRecord rec = it->second;
+  batch.Put(KeySpace::kSteps, InoKey(job.step_ino), EncodeStep(rec));
+  EmitStepEvent("persisted", job.step_ino, rec);
+  // The newest persisted step may have been all that kept an older one
+  // (SPEC section 5's safety rule): retention looks again, in this batch.
+  if (Inode* dir = Find(job.step_ino)) ApplyRetentionLocked(dir->rec.parent, &batch);
+  return Apply(batch, false);
+}
+
+Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RemoteGcBatch out;
+  ManifestBatch drop;
+  for (bool commit : {true, false}) {
+    bool claimed_commit = false;
+    const std::string prefix(1, commit ? kRemoteGcCommitPrefix : kRemoteGcDataPrefix);
+    CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kRemoteGc, prefix,
+                                           [&](std::string_view k, std::string_view) {
+      const std::string key(RemoteGcObjectKey(k));
+      if (claimed_keys_.count(key)) {
+        claimed_commit |= commit;
+        return true;  // an upload or commit object in flight: later
+      }
+      if (!commit && object_keys_.count(key)) {
+        drop.Delete(KeySpace::kRemoteGc, std::string(k));  // a live file's object now
+        return true;
+      }
+      out.keys.push_back(key);
+      return out.keys.size() < max;
+    }));
+    if (!out.keys.empty() || claimed_commit) {
+      // Data objects wait while any commit object is still to go.
+      out.commit_objects = commit;
+      break;
+    }
+  }
+  CKPTFS_RETURN_IF_ERROR(Apply(drop, false));
+  return out;
+}
+
+Status FileSystem::RemoteDeletionsDone(const RemoteGcBatch& done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ManifestBatch batch;
+  for (const auto& key : done.keys) batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, done.commit_objects));
+  return Apply(batch, false);
+}
+
+size_t FileSystem::RemoteDeletionsQueued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  (void)manifest_->Scan(KeySpace::kRemoteGc, "", [&](std::string_view, std::string_view) {
+    n++;
+    return true;
+  });
+  return n;
+}
+
+std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidates() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<EvictionCandidate> out;
+  for (const auto& [ino, rec] : steps_) {
+    if (rec.state != StepState::kCommitted || !rec.persisted) continue;
+    std::vector<std::pair<std::string, uint64_t>> files;
+    if (Inode* dir = Find(ino)) CollectFiles(dir, "", &files);
+    for (const auto& [rel, file_ino] : files) {
+      Inode* f = Find(file_ino);
+      if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) continue;
+      if (!SameVersion(*f, f->object->size, f->object->mtime_ns)) continue;
+      out.push_back({file_ino, f->last_access_ns, f->object->resident ? f->rec.size : 0});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const EvictionCandidate& a, const EvictionCandidate& b) {
+    return a.last_access_ns < b.last_access_ns;
+  });
+  return out;
+}
+
+Status FileSystem::Evict(uint64_t ino) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Inode* f = Find(ino);
+    if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) {
+      return Status::Error(EBUSY, "no longer evictable");
+    }
+    const uint64_t step = StepOf(ino);
+    auto it = steps_.find(step);
+    if (it == steps_.end() || !it->second.persisted) return Status::Error(EBUSY, "step not persisted");
+    // The manifest says "not resident" before the data goes (synced): a
+    // crash in between leaves a file that is fetched again, never one whose
+    // missing bytes read as zeros.
+    ManifestBatch batch;
+    ObjectRecord rec = *f->object;
+    rec.resident = false;
+    batch.Put(KeySpace::kObjects, InoKey(ino), EncodeObject(rec));
+    CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
+    f->object = rec;
+    f->evicting = true;
+    if (tier_) tier_->Forget(ino);
+  }
+  Status st = data_->Remove(ino);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Inode* f = Find(ino)) f->evicting = false;
+  step_cv_.notify_all();
+  return st;
+}
+
+Status FileSystem::MarkResident(uint64_t ino, BackingFile* file) {
+  CKPTFS_RETURN_IF_ERROR(file->Sync());
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* f = Find(ino);
+  if (!f || !f->object || f->object->resident || f->evicting) return Status::Ok();
+  ObjectRecord rec = *f->object;
+  rec.resident = true;
+  ManifestBatch batch;
+  batch.Put(KeySpace::kObjects, InoKey(ino), EncodeObject(rec));
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  f->object = rec;
+  return Status::Ok();
+}
+
+uint64_t FileSystem::ResidentBytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t total = 0;
+  for (const auto& [ino, inode] : inodes_) {
+    if (inode->is_reg() && (!inode->object || inode->object->resident)) total += inode->rec.size;
+  }
+  return total;
+}
+
+std::set<std::string> FileSystem::StepPathsBeingDeleted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> out;
+  const std::string prefix(1, kRemoteGcCommitPrefix);
+  (void)manifest_->Scan(KeySpace::kRemoteGc, prefix, [&](std::string_view k, std::string_view) {
+    std::string step_path;
+    if (IsCommitObjectKey(std::string(RemoteGcObjectKey(k)), &step_path)) out.insert(step_path);
+    return true;
+  });
+  return out;
+}
+
+Status FileSystem::ImportStep(const CommitObject& obj) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  Inode* root = Find(kRootIno);
+  const Caller owner{root->rec.uid, root->rec.gid};
+  // Split the step path; every component must be a valid name.
+  std::vector<std::string> parts;
+  for (size_t start = 0; start <= obj.step_path.size();) {
+    size_t end = obj.step_path.find('/', start);
+    if (end == std::string::npos) end = obj.step_path.size();
+    parts.push_back(obj.step_path.substr(start, end - start));
+    start = end + 1;
+  }
+  for (const auto& p : parts) {
+    if (!CheckName(p).ok() || p == "." || p == "..") {
+      return Status::Error(EINVAL, "invalid step path '" + obj.step_path + "'");
+    }
+  }
+  if (parts.size() == 1 && parts[0] == kControlDirName) return Status::Error(EINVAL, "reserved name");
+  // A path may not be a file and a directory at once. Checked before the
+  // in-memory image changes, so a bad object changes nothing.
+  std::set<std::string> implied_dirs(obj.dirs.begin(), obj.dirs.end());
+  auto add_parents = [&](const std::string& rel) {
+    for (size_t slash = rel.find('/'); slash != std::string::npos; slash = rel.find('/', slash + 1)) {
+      implied_dirs.insert(rel.substr(0, slash));
+    }
+  };
+  for (const auto& d : obj.dirs) add_parents(d);
+  for (const auto& f : obj.files) add_parents(f.path);
+  for (const auto& l : obj.symlinks) add_parents(l.path);
+  for (const auto& f : obj.files) {
+    if (implied_dirs.count(f.path)) return Status::Error(EIO, obj.step_path + ": " + f.path + " is a file and a directory");
+  }
+  for (const auto& l : obj.symlinks) {
+    if (implied_dirs.count(l.path)) return Status::Error(EIO, obj.step_path + ": " + l.path + " is a link and a directory");
+  }
+  if (!pattern_.Match(parts.back())) {
+    return Status::Error(EINVAL, parts.back() + " does not match the step pattern of this mount");
+  }
+  ManifestBatch batch;
+  Inode* dir = root;
+  for (size_t i = 0; i + 1 < parts.size(); i++) {
+    auto it = dir->children.find(parts[i]);
+    if (it != dir->children.end()) {
+      Inode* child = Find(it->second.ino);
+      if (!child || !child->is_dir()) return Status::Error(EEXIST, parts[i] + " is not a directory here");
+      if (steps_.count(child->rec.ino)) return Status::Error(EINVAL, "inside a step here");
+      dir = child;
+      continue;
+    }
+    auto made = NewInode(owner, dir->rec.ino, parts[i], S_IFDIR | 0755, &batch);
+    if (!made.ok()) return made.status();
+    AddChild(dir, parts[i], *made, &batch);
+    PutInode(*dir, &batch);
+    dir = *made;
+  }
+  const std::string& name = parts.back();
+  if (dir->children.count(name)) return Status::Error(EEXIST, obj.step_path + " exists");
+  auto step_dir = NewInode(owner, dir->rec.ino, name, S_IFDIR | 0755, &batch);
+  if (!step_dir.ok()) return step_dir.status();
+  AddChild(dir, name, *step_dir, &batch);
+  PutInode(*dir, &batch);
+  const uint64_t step_ino = (*step_dir)->rec.ino;
+  // Directories first (parents before children), then files and symlinks.
+  auto parent_of = [&](const std::string& rel, std::string* leaf) -> Result<Inode*> {
+    const size_t slash = rel.rfind('/');
+    *leaf = slash == std::string::npos ? rel : rel.substr(slash + 1);
+    Inode* at = *step_dir;
+    if (slash == std::string::npos) return at;
+    size_t start = 0;
+    const std::string parent_path = rel.substr(0, slash);
+    while (start <= parent_path.size()) {
+      size_t end = parent_path.find('/', start);
+      if (end == std::string::npos) end = parent_path.size();
+      const std::string part = parent_path.substr(start, end - start);
+      auto it = at->children.find(part);
+      Inode* next = it == at->children.end() ? nullptr : Find(it->second.ino);
+      if (!next) {
+        auto made = NewInode(owner, at->rec.ino, part, S_IFDIR | 0755, &batch);
+        if (!made.ok()) return made.status();
+        AddChild(at, part, *made, &batch);
+        PutInode(*at, &batch);
+        next = *made;
+      } else if (!next->is_dir()) {
+        return Status::Error(EIO, "commit object of " + obj.step_path + ": " + part + " is a file and a directory");
+      }
+      at = next;
+      start = end + 1;
+    }
+    return at;
+  };
+  std::vector<std::string> dirs = obj.dirs;
+  std::sort(dirs.begin(), dirs.end());
+  for (const auto& rel : dirs) {
+    std::string leaf;
+    auto parent = parent_of(rel + "/x", &leaf);
+    if (!parent.ok()) return (parent.status());
+  }
+  const timespec committed = obj.committed_at;
+  for (const auto& f : obj.files) {
+    std::string leaf;
+    auto parent = parent_of(f.path, &leaf);
+    if (!parent.ok()) return (parent.status());
+    if ((*parent)->children.count(leaf)) return (Status::Error(EIO, "duplicate " + f.path));
+    auto file = NewInode(owner, (*parent)->rec.ino, leaf, S_IFREG | (f.mode & 07777), &batch);
+    if (!file.ok()) return (file.status());
+    Inode* inode = *file;
+    inode->rec.size = f.size;
+    inode->rec.sealed = true;
+    inode->rec.mtime.tv_sec = static_cast<time_t>(f.mtime_ns / 1'000'000'000);
+    inode->rec.mtime.tv_nsec = static_cast<long>(f.mtime_ns % 1'000'000'000);
+    inode->rec.ctime = committed;
+    inode->backing_unsynced = false;
+    PutInode(*inode, &batch);
+    AddChild(*parent, leaf, inode, &batch);
+    ObjectRecord rec;
+    rec.key = obj.step_path + "/" + f.path;
+    rec.size = f.size;
+    rec.mtime_ns = f.mtime_ns;
+    rec.crc32c = f.crc32c;
+    rec.resident = f.size == 0;
+    inode->object = rec;
+    object_keys_[rec.key] = inode->rec.ino;
+    batch.Put(KeySpace::kObjects, InoKey(inode->rec.ino), EncodeObject(rec));
+  }
+  for (const auto& s : obj.symlinks) {
+    std::string leaf;
+    auto parent = parent_of(s.path, &leaf);
+    if (!parent.ok()) return (parent.status());
+    if ((*parent)->children.count(leaf)) return (Status::Error(EIO, "duplicate " + s.path));
+    auto link = NewInode(owner, (*parent)->rec.ino, leaf, S_IFLNK | 0777, &batch);
+    if (!link.ok()) return (link.status());
+    (*link)->rec.symlink_target = s.target;
+    (*link)->rec.sealed = true;
+    PutInode(**link, &batch);
+    AddChild(*parent, leaf, *link, &batch);
+  }
+  StepRecord rec;
+  rec.state = StepState::kCommitted;
+  rec.step = *pattern_.Match(name);
+  rec.committed_at = obj.committed_at;
+  rec.bytes = obj.bytes;
+  rec.files = obj.files.size();
+  rec.ephemeral = obj.ephemeral;
+  rec.persisted = true;
+  steps_[step_ino] = rec;
+  step_runtime_[step_ino].last_activity = clock_->MonotonicNanos();
+  batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(rec));
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
+  CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
+  EmitStepEvent("import", step_ino, rec);
+  return Status::Ok();
+}
+
+FileSystem::UploadProgress FileSystem::ProgressLocked(uint64_t step_ino) {
+  UploadProgress p;
+  std::vector<std::pair<std::string, uint64_t>> files;
+  if (Inode* dir = Find(step_ino)) CollectFiles(dir, "", &files);
+  const std::string base = PathOfLocked(step_ino);
+  for (const auto& [rel, ino] : files) {
+    Inode* f = Find(ino);
+    if (!f) continue;
+    p.files_total++;
+    p.bytes_total += f->rec.size;
+    if (ObjectIsCurrent(*f, base + "/" + rel) && !uploads_.count(ino)) {
+      p.files_done++;
+      p.bytes_done += f->rec.size;
+    }
+  }
+  return p;
+}
+
+}  // namespace ckptfs

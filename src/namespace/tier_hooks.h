@@ -1,0 +1,45 @@
+// The seam between the namespace and the remote tier (src/tiering): what
+// FileSystem asks of the tier while it serves requests. RemoteTier
+// implements it; without a remote, FileSystem has no hooks and never asks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "data/data_store.h"
+
+namespace ckptfs {
+
+class TierHooks {
+ public:
+  virtual ~TierHooks() = default;
+
+  // Uploads were queued: wake the uploader. Called with FileSystem::mu_
+  // held, so it must only signal (never call back into FileSystem).
+  virtual void UploadsQueued() = 0;
+
+  // Makes bytes [offset, offset + n) of a file whose data is not resident
+  // local, fetching them from `key` (size bytes) into `file`. Called without
+  // FileSystem::mu_, from the reading thread.
+  virtual Status EnsureLocal(uint64_t ino, const std::string& key, uint64_t size, BackingFile* file,
+                             uint64_t offset, size_t n) = 0;
+
+  // A write is about to add up to n bytes to the cache: with --cache-size
+  // set, waits (bounded) for eviction to make room; ENOSPC when none comes.
+  // Called without FileSystem::mu_.
+  virtual Status WaitForCacheSpace(uint64_t n) = 0;
+
+  // The data of ino left the cache (evicted or deleted): forget what was
+  // fetched of it. Called with FileSystem::mu_ held; takes only the tier's
+  // own locks.
+  virtual void Forget(uint64_t ino) = 0;
+
+  // The tier's part of status.json ("remote", "cache" and "uploads"). Called
+  // with FileSystem::mu_ held; takes only the tier's own locks.
+  virtual void AddStatus(nlohmann::json* status) = 0;
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,447 @@
+// The S3 object store; see s3_object_store.h.
+#include "remote/s3_object_store.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "remote/s3_signer.h"
+#include "remote/s3_xml.h"
+
+namespace ckptfs {
+
+namespace {
+
+constexpr size_t kMaxS3KeyBytes = 1024;
+constexpr int kMaxPartNumber = 10000;
+constexpr int kMaxBatch = 1000;  // S3's bound for list pages and delete batches
+// Ranged reads reserve their buffer up front, but no more than this, so a
+// caller asking for "everything from offset" does not allocate gigabytes.
+constexpr uint64_t kMaxReserve = uint64_t{8} << 20;
+
+std::string AmzDateNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+// Base64 of the MD5 of body: the Content-MD5 header DeleteObjects requires.
+std::string ContentMd5(std::string_view body) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(body.data(), body.size(), md, &len, EVP_md5(), nullptr) != 1) return {};
+  unsigned char b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
+  const int n = EVP_EncodeBlock(b64, md, static_cast<int>(len));
+  return std::string(reinterpret_cast<const char*>(b64), static_cast<size_t>(std::max(n, 0)));
+}
+
+Result<uint64_t> ParseContentLength(const std::string& text) {
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return Status::Error(EIO, "HEAD response without a valid Content-Length (\"" + text + "\")");
+  }
+  return v;
+}
+
+}  // namespace
+
+// One S3 operation's request, as Execute sends it on every attempt.
+struct S3ObjectStore::Request {
+  std::string method;
+  std::optional<std::string> s3_key;  // the object; none = the bucket
+  S3Query query;
+  std::vector<std::pair<std::string, std::string>> headers;  // besides those Sign adds
+  const char* body = nullptr;
+  size_t body_size = 0;
+  // Object data: sent with UNSIGNED-PAYLOAD over https.
+  bool bulk_body = false;
+  // A non-2xx status the operation handles itself (416 for GetObject); 0 = none.
+  int accepted_status = 0;
+  // Whether a 2xx may carry an <Error> document (CompleteMultipartUpload).
+  bool error_in_2xx = false;
+  // When set, called before each attempt for a fresh body sink (so a retry
+  // starts from an empty buffer).
+  std::function<std::function<bool(int, std::string_view)>()> make_sink;
+  std::string upload_id;  // for messages
+};
+
+Result<std::unique_ptr<ObjectStore>> OpenS3ObjectStore(S3Config config) {
+  Result<std::unique_ptr<S3ObjectStore>> store = S3ObjectStore::Open(std::move(config));
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<ObjectStore>(std::move(store).value());
+}
+
+Result<std::unique_ptr<S3ObjectStore>> S3ObjectStore::Open(S3Config config) {
+  CKPTFS_RETURN_IF_ERROR(ValidateBucketName(config.bucket));
+  CKPTFS_RETURN_IF_ERROR(ValidateS3Prefix(config.prefix));
+  if (config.credentials.access_key_id.empty() || config.credentials.secret_access_key.empty()) {
+    return Status::Error(EINVAL, "no AWS credentials for s3://" + config.bucket +
+                                     ": set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or a "
+                                     "profile in ~/.aws/credentials");
+  }
+  if (config.max_parallel < 1) {
+    return Status::Error(EINVAL, "S3 max_parallel must be at least 1, not " +
+                                     std::to_string(config.max_parallel));
+  }
+  if (config.list_page_size < 1 || config.list_page_size > kMaxBatch ||
+      config.delete_batch_size < 1 || config.delete_batch_size > static_cast<size_t>(kMaxBatch)) {
+    return Status::Error(EINVAL, "S3 list page and delete batch sizes must be 1 to 1000");
+  }
+  Result<S3Endpoint> endpoint =
+      S3Endpoint::Make(config.endpoint, config.region, config.bucket, config.addressing);
+  if (!endpoint.ok()) return endpoint.status();
+  return std::unique_ptr<S3ObjectStore>(
+      new S3ObjectStore(std::move(config), std::move(endpoint).value()));
+}
+
+namespace {
+
+HttpClientOptions ClientOptions(const S3Config& config) {
+  HttpClientOptions o;
+  o.connect_timeout = config.connect_timeout;
+  o.low_speed_limit = 1;
+  o.low_speed_time = config.stall_timeout;
+  o.ca_bundle = config.ca_bundle;
+  o.max_connections = config.max_parallel;
+  return o;
+}
+
+}  // namespace
+
+S3ObjectStore::S3ObjectStore(S3Config config, S3Endpoint endpoint)
+    : config_(std::move(config)),
+      endpoint_(std::move(endpoint)),
+      key_prefix_(config_.prefix.empty() ? std::string() : config_.prefix + "/"),
+      describe_("s3://" + config_.bucket + (config_.prefix.empty() ? "" : "/" + config_.prefix) +
+                " (" + endpoint_.url() + ")"),
+      http_(ClientOptions(config_)),
+      retry_(config_.retry) {}
+
+Result<std::string> S3ObjectStore::S3Key(const std::string& key) const {
+  CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  std::string full = key_prefix_ + key;
+  if (full.size() > kMaxS3KeyBytes) {
+    return Status::Error(EINVAL, "invalid object key \"" + key + "\": with the prefix it has " +
+                                     std::to_string(full.size()) + " bytes, S3 allows " +
+                                     std::to_string(kMaxS3KeyBytes));
+  }
+  return full;
+}
+
+S3ErrorContext S3ObjectStore::ErrorContext(const std::string& upload_id) const {
+  S3ErrorContext ctx;
+  ctx.bucket = config_.bucket;
+  ctx.endpoint = endpoint_.url();
+  ctx.upload_id = upload_id;
+  return ctx;
+}
+
+Result<HttpResponse> S3ObjectStore::Execute(const Request& req, const std::string& what) {
+  const S3Target target =
+      req.s3_key ? endpoint_.ForObject(*req.s3_key, req.query) : endpoint_.ForBucket(req.query);
+  std::string payload_hash;
+  if (req.body_size == 0) {
+    payload_hash = kEmptyPayloadSha256;
+  } else if (req.bulk_body && endpoint_.https()) {
+    payload_hash = kUnsignedPayload;
+  } else {
+    payload_hash = Sha256Hex(std::string_view(req.body, req.body_size));
+  }
+
+  std::optional<HttpResponse> result;
+  const Status st = retry_.Run([&](int /*attempt*/) -> RetryPolicy::Attempt {
+    // Signed per attempt: the date must be current, and S3 refuses requests
+    // signed more than 15 minutes ago.
+    HttpRequestToSign to_sign;
+    to_sign.method = req.method;
+    to_sign.path = target.path;
+    to_sign.query = req.query;
+    to_sign.headers.emplace_back("host", target.host);
+    to_sign.headers.insert(to_sign.headers.end(), req.headers.begin(), req.headers.end());
+    to_sign.payload_sha256_hex = payload_hash;
+    Status signed_ok = Sign(&to_sign, config_.credentials,
+                            SigningParams::For(config_.region, "s3", AmzDateNow()));
+    if (!signed_ok.ok()) return {signed_ok, false};
+
+    HttpRequest http;
+    http.method = req.method;
+    http.url = target.url;
+    http.headers = std::move(to_sign.headers);
+    http.body = req.body;
+    http.body_size = req.body_size;
+    if (req.make_sink) http.body_sink = req.make_sink();
+    Result<HttpResponse> resp = http_.Send(http);
+    if (!resp.ok()) return {resp.status(), IsRetryableTransportError(resp.err())};
+
+    const int code = resp->status;
+    bool failed = code < 200 || code >= 300;
+    if (code == req.accepted_status) failed = false;
+    if (!failed && req.error_in_2xx && IsErrorDocument(resp->body)) failed = true;
+    if (!failed) {
+      result = std::move(resp).value();
+      return {Status::Ok(), false};
+    }
+    S3ErrorDocument doc;
+    if (!resp->body.empty()) {
+      Result<S3ErrorDocument> parsed = ParseErrorDocument(resp->body);
+      if (parsed.ok()) doc = std::move(parsed).value();
+    }
+    S3ErrorContext ctx = ErrorContext(req.upload_id);
+    ctx.bucket_region = resp->Header("x-amz-bucket-region");
+    return {MapS3Error(code, doc, ctx), IsRetryableHttpResponse(code, doc.code)};
+  });
+  if (!st.ok()) return st.Annotate(describe_ + ": " + what);
+  return std::move(*result);
+}
+
+Status S3ObjectStore::Put(const std::string& key, const std::string& data) {
+  Result<std::string> s3_key = S3Key(key);
+  if (!s3_key.ok()) return s3_key.status();
+  Request req;
+  req.method = "PUT";
+  req.s3_key = *s3_key;
+  req.body = data.data();
+  req.body_size = data.size();
+  req.bulk_body = true;
+  return Execute(req, "put " + key).status();
+}
+
+Result<std::string> S3ObjectStore::BeginMultipart(const std::string& key) {
+  Result<std::string> s3_key = S3Key(key);
+  if (!s3_key.ok()) return s3_key.status();
+  Request req;
+  req.method = "POST";
+  req.s3_key = *s3_key;
+  req.query = {{"uploads", ""}};
+  const std::string what = "begin multipart upload of " + key;
+  Result<HttpResponse> resp = Execute(req, what);
+  if (!resp.ok()) return resp.status();
+  Result<std::string> id = ParseInitiateMultipartUpload(resp->body);
+  if (!id.ok()) return id.status().Annotate(describe_ + ": " + what);
+  return id;
+}
+
+Result<std::string> S3ObjectStore::UploadPart(const std::string& key, const std::string& upload_id,
+                                              int part_number, const std::string& data) {
+  Result<std::string> s3_key = S3Key(key);
+  if (!s3_key.ok()) return s3_key.status();
+  const std::string what = "upload part " + std::to_string(part_number) + " of " + key;
+  if (part_number < 1 || part_number > kMaxPartNumber) {
+    return Status::Error(EINVAL, what + ": part number outside 1.." +
+                                     std::to_string(kMaxPartNumber));
+  }
+  if (upload_id.empty()) return Status::Error(ENOENT, what + ": empty multipart upload id");
+  Request req;
+  req.method = "PUT";
+  req.s3_key = *s3_key;
+  req.query = {{"partNumber", std::to_string(part_number)}, {"uploadId", upload_id}};
+  req.body = data.data();
+  req.body_size = data.size();
+  req.bulk_body = true;
+  req.upload_id = upload_id;
+  Result<HttpResponse> resp = Execute(req, what);
+  if (!resp.ok()) return resp.status();
+  std::string etag = resp->Header("etag");
+  if (etag.empty()) {
+    return Status::Error(EIO, describe_ + ": " + what + ": the response has no ETag header");
+  }
+  return etag;
+}
+
+Status S3ObjectStore::CompleteMultipart(const std::string& key, const std::string& upload_id,
+                                        const std::vector<std::string>& part_etags) {
+  Result<std::string> s3_key = S3Key(key);
+  if (!s3_key.ok()) return s3_key.status();
+  const std::string what = "complete multipart upload of " + key;
+  if (part_etags.empty() || part_etags.size() > static_cast<size_t>(kMaxPartNumber)) {
+    return Status::Error(EINVAL, what + ": part count " + std::to_string(part_etags.size()) +
+                                     " outside 1.." + std::to_string(kMaxPartNumber));
+  }
+  if (upload_id.empty()) return Status::Error(ENOENT, what + ": empty multipart upload id");
+  const std::string body = BuildCompleteMultipartUpload(part_etags);
+  Request req;
+  req.method = "POST";
+  req.s3_key = *s3_key;
+  req.query = {{"uploadId", upload_id}};
+  req.headers = {{"content-type", "application/xml"}};
+  req.body = body.data();
+  req.body_size = body.size();
+  // S3 answers 200 at once and only then assembles the object; a failure
+  // from then on arrives as an <Error> body.
+  req.error_in_2xx = true;
+  req.upload_id = upload_id;
+  return Execute(req, what).status();
+}
+
+Status S3ObjectStore::AbortMultipart(const std::string& key, const std::string& upload_id) {
+  Result<std::string> s3_key = S3Key(key);
+  if (!s3_key.ok()) return s3_key.status();
+  const std::string what = "abort multipart upload of " + key;
+  if (upload_id.empty()) return Status::Error(ENOENT, what + ": empty multipart upload id");
+  Request req;
+  req.method = "DELETE";
+  req.s3_key = *s3_key;
+  req.query = {{"uploadId", upload_id}};
+  req.upload_id = upload_id;
+  return Execute(req, what).status();
+}
+
+Result<std::string> S3ObjectStore::GetRange(const std::string& key, uint64_t offset,
+                                            uint64_t length) {
+  Result<std::string> s3_key = S3Key(key);
+  if (!s3_key.ok()) return s3_key.status();
+  if (length == 0) {
+    // No byte range means "zero bytes"; only existence is left to report.
+    Result<ObjectInfo> info = Head(key);
+    if (!info.ok()) return info.status();
+    return std::string();
+  }
+  Request req;
+  req.method = "GET";
+  req.s3_key = *s3_key;
+  const bool whole = offset == 0 && length == UINT64_MAX;
+  if (!whole) {
+    const bool to_end = length - 1 > UINT64_MAX - offset;  // offset + length overflows
+    req.headers = {{"range", "bytes=" + std::to_string(offset) + "-" +
+                                 (to_end ? std::string() : std::to_string(offset + length - 1))}};
+  }
+  // 416: the range starts at or past the end of the object.
+  req.accepted_status = 416;
+  std::string data;
+  req.make_sink = [&data, offset, length, whole]() {
+    data.clear();
+    if (!whole) data.reserve(std::min(length, kMaxReserve));
+    auto skipped = std::make_shared<uint64_t>(0);
+    return [&data, skipped, offset, length, whole](int status, std::string_view chunk) {
+      // A 200 to a ranged request is the whole object: the server ignored
+      // the Range (S3 never does; some S3-compatible servers might).
+      if (status == 200 && !whole && *skipped < offset) {
+        const uint64_t drop = std::min<uint64_t>(offset - *skipped, chunk.size());
+        chunk.remove_prefix(drop);
+        *skipped += drop;
+      }
+      // Never more than asked for, whatever the server sends.
+      if (data.size() < length) {
+        data.append(chunk.substr(0, std::min<uint64_t>(chunk.size(), length - data.size())));
+      }
+      return true;
+    };
+  };
+  Result<HttpResponse> resp = Execute(req, "get " + key);
+  if (!resp.ok()) return resp.status();
+  if (resp->status == 416) return std::string();
+  return data;
+}
+
+Result<ObjectInfo> S3ObjectStore::Head(const std::string& key) {
+  Result<std::string> s3_key = S3Key(key);
+  if (!s3_key.ok()) return s3_key.status();
+  Request req;
+  req.method = "HEAD";
+  req.s3_key = *s3_key;
+  const std::string what = "head " + key;
+  Result<HttpResponse> resp = Execute(req, what);
+  if (!resp.ok()) return resp.status();
+  Result<uint64_t> size = ParseContentLength(resp->Header("content-length"));
+  if (!size.ok()) return size.status().Annotate(describe_ + ": " + what);
+  return ObjectInfo{key, *size};
+}
+
+Result<std::vector<ObjectInfo>> S3ObjectStore::List(const std::string& prefix) {
+  const std::string what = "list \"" + prefix + "\"";
+  const std::string full_prefix = key_prefix_ + prefix;
+  std::vector<ObjectInfo> out;
+  std::string token;
+  for (;;) {
+    Request req;
+    req.method = "GET";
+    req.query = {{"list-type", "2"},
+                 {"max-keys", std::to_string(config_.list_page_size)},
+                 // Keys come back %-encoded, so keys with characters XML
+                 // cannot carry survive the trip.
+                 {"encoding-type", "url"}};
+    if (!full_prefix.empty()) req.query.emplace_back("prefix", full_prefix);
+    if (!token.empty()) req.query.emplace_back("continuation-token", token);
+    Result<HttpResponse> resp = Execute(req, what);
+    if (!resp.ok()) return resp.status();
+    Result<ListObjectsPage> page = ParseListObjectsV2(resp->body);
+    if (!page.ok()) return page.status().Annotate(describe_ + ": " + what);
+    for (ObjectInfo& info : page->objects) {
+      if (info.key.compare(0, key_prefix_.size(), key_prefix_) != 0) continue;
+      info.key.erase(0, key_prefix_.size());
+      if (!ValidateObjectKey(info.key).ok()) continue;
+      out.push_back(std::move(info));
+    }
+    if (!page->is_truncated) break;
+    if (page->next_continuation_token.empty() || page->next_continuation_token == token) {
+      // Asking again would return the same page forever.
+      return Status::Error(EIO, describe_ + ": " + what +
+                                    ": truncated listing without a new continuation token");
+    }
+    token = page->next_continuation_token;
+  }
+  // S3 lists in UTF-8 byte order already; sorting keeps the promise for
+  // servers that do not.
+  std::sort(out.begin(), out.end(),
+            [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+  return out;
+}
+
+Status S3ObjectStore::Delete(const std::vector<std::string>& keys) {
+  std::vector<std::string> s3_keys;
+  s3_keys.reserve(keys.size());
+  for (const std::string& key : keys) {
+    Result<std::string> s3_key = S3Key(key);
+    if (!s3_key.ok()) return s3_key.status();
+    s3_keys.push_back(std::move(s3_key).value());
+  }
+  std::vector<DeleteError> failed;
+  for (size_t start = 0; start < s3_keys.size(); start += config_.delete_batch_size) {
+    const size_t end = std::min(s3_keys.size(), start + config_.delete_batch_size);
+    const std::vector<std::string> batch(s3_keys.begin() + static_cast<std::ptrdiff_t>(start),
+                                         s3_keys.begin() + static_cast<std::ptrdiff_t>(end));
+    const std::string body = BuildDeleteObjects(batch, /*quiet=*/true);
+    Request req;
+    req.method = "POST";
+    req.query = {{"delete", ""}};
+    req.headers = {{"content-md5", ContentMd5(body)}, {"content-type", "application/xml"}};
+    req.body = body.data();
+    req.body_size = body.size();
+    req.error_in_2xx = true;
+    const std::string what = "delete " + std::to_string(batch.size()) + " objects";
+    Result<HttpResponse> resp = Execute(req, what);
+    if (!resp.ok()) return resp.status();
+    if (resp->body.find('<') == std::string::npos) continue;  // nothing to report
+    Result<std::vector<DeleteError>> errors = ParseDeleteResult(resp->body);
+    if (!errors.ok()) return errors.status().Annotate(describe_ + ": " + what);
+    failed.insert(failed.end(), errors->begin(), errors->end());
+  }
+  if (failed.empty()) return Status::Ok();
+  // Name a few; the count says how many more.
+  bool all_denied = true;
+  std::string detail;
+  for (size_t i = 0; i < failed.size(); i++) {
+    all_denied &= failed[i].code == "AccessDenied";
+    if (i < 3) {
+      std::string key = failed[i].key;
+      if (key.compare(0, key_prefix_.size(), key_prefix_) == 0) key.erase(0, key_prefix_.size());
+      detail += (i ? "; " : "") + key + ": " + failed[i].code + ": " + failed[i].message;
+    }
+  }
+  if (failed.size() > 3) detail += "; ...";
+  return Status::Error(all_denied ? EACCES : EIO,
+                       describe_ + ": delete: " + std::to_string(failed.size()) + " of " +
+                           std::to_string(keys.size()) + " objects not deleted: " + detail);
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,135 @@
+#include "tiering/commit_object.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+namespace ckptfs {
+
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+std::string Hex32(uint32_t v) {
+  char buf[9];
+  snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// A path below the step directory: relative, no empty, "." or ".."
+// components, no NUL.
+bool ValidRelativePath(const std::string& p) {
+  if (p.empty() || p.front() == '/' || p.back() == '/' || p.find('\0') != std::string::npos) return false;
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find('/', start);
+    if (end == std::string::npos) end = p.size();
+    const std::string part = p.substr(start, end - start);
+    if (part.empty() || part == "." || part == ".." || part.size() > 255) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string CommitObjectKey(const std::string& step_path) {
+  return step_path + "/" + kCommitObjectName;
+}
+
+bool IsCommitObjectKey(const std::string& key, std::string* step_path) {
+  const std::string suffix = std::string("/") + kCommitObjectName;
+  if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  if (step_path) *step_path = key.substr(0, key.size() - suffix.size());
+  return true;
+}
+
+std::string EncodeCommitObject(const CommitObject& obj) {
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  for (const auto& f : obj.files) {
+    files.push_back({{"path", f.path},
+                     {"size", f.size},
+                     {"crc32c", Hex32(f.crc32c)},
+                     {"mode", f.mode & 07777},
+                     {"mtime_ns", f.mtime_ns}});
+  }
+  nlohmann::ordered_json symlinks = nlohmann::ordered_json::array();
+  for (const auto& s : obj.symlinks) symlinks.push_back({{"path", s.path}, {"target", s.target}});
+  nlohmann::ordered_json j = {
+      {"format", "ckptfs-commit"},
+      {"version", kFormatVersion},
+      {"step_path", obj.step_path},
+      {"step", obj.step},
+      {"committed_at", static_cast<double>(obj.committed_at.tv_sec) + obj.committed_at.tv_nsec / 1e9},
+      {"committed_at_ns", static_cast<int64_t>(obj.committed_at.tv_sec) * 1'000'000'000 + obj.committed_at.tv_nsec},
+      {"ephemeral", obj.ephemeral},
+      {"bytes", obj.bytes},
+      {"files", std::move(files)},
+      {"dirs", obj.dirs},
+      {"symlinks", std::move(symlinks)},
+  };
+  return j.dump(1) + "\n";
+}
+
+Result<CommitObject> DecodeCommitObject(const std::string& json, const std::string& step_path) {
+  auto bad = [&](const std::string& why) {
+    return Status::Error(EIO, "commit object of " + step_path + ": " + why);
+  };
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  try {
+    if (j.value("format", "") != "ckptfs-commit") return bad("not a ckptfs commit object");
+    if (j.value("version", 0) != kFormatVersion) {
+      return bad("version " + j.value("version", nlohmann::json()).dump() + " is not supported");
+    }
+    CommitObject obj;
+    obj.step_path = step_path;
+    if (j.value("step_path", "") != step_path) return bad("names another step path");
+    obj.step = j.at("step").get<int64_t>();
+    const int64_t ns = j.at("committed_at_ns").get<int64_t>();
+    if (ns < 0) return bad("negative commit time");
+    obj.committed_at.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    obj.committed_at.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    obj.ephemeral = j.value("ephemeral", false);
+    std::set<std::string> seen;
+    uint64_t total = 0;
+    for (const auto& f : j.at("files")) {
+      CommitObject::File file;
+      file.path = f.at("path").get<std::string>();
+      file.size = f.at("size").get<uint64_t>();
+      const std::string crc = f.at("crc32c").get<std::string>();
+      if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        return bad("bad crc32c for " + file.path);
+      }
+      file.crc32c = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
+      file.mode = f.value("mode", 0644u) & 07777;
+      file.mtime_ns = f.value("mtime_ns", int64_t{0});
+      if (!ValidRelativePath(file.path)) return bad("invalid file path '" + file.path + "'");
+      if (!seen.insert(file.path).second) return bad("duplicate path '" + file.path + "'");
+      total += file.size;
+      obj.files.push_back(std::move(file));
+    }
+    for (const auto& d : j.value("dirs", nlohmann::json::array())) {
+      std::string dir = d.get<std::string>();
+      if (!ValidRelativePath(dir)) return bad("invalid directory path '" + dir + "'");
+      if (!seen.insert(dir).second) return bad("duplicate path '" + dir + "'");
+      obj.dirs.push_back(std::move(dir));
+    }
+    for (const auto& s : j.value("symlinks", nlohmann::json::array())) {
+      CommitObject::Symlink link{s.at("path").get<std::string>(), s.at("target").get<std::string>()};
+      if (!ValidRelativePath(link.path)) return bad("invalid symlink path '" + link.path + "'");
+      if (!seen.insert(link.path).second) return bad("duplicate path '" + link.path + "'");
+      if (link.target.empty() || link.target.size() > 4096) return bad("invalid symlink target");
+      obj.symlinks.push_back(std::move(link));
+    }
+    obj.bytes = total;
+    if (j.contains("bytes") && j.at("bytes").get<uint64_t>() != total) return bad("bytes does not match the files");
+    return obj;
+  } catch (const nlohmann::json::exception& e) {
+    return bad(std::string("malformed: ") + e.what());
+  }
+}
+
+}  // namespace ckptfs

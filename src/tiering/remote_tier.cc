@@ -1,0 +1,262 @@
+// RemoteTier's lifecycle and control thread: commit objects, remote
+// deletions, the cold-mount import, health and status. See remote_tier.h.
+#include "tiering/remote_tier.h"
+
+#include <algorithm>
+
+#include "tiering/commit_object.h"
+
+namespace ckptfs {
+
+namespace {
+constexpr size_t kDeleteBatch = 1000;  // S3 DeleteObjects' limit
+}
+
+uint64_t PartSizeFor(uint64_t size, uint64_t min_part) {
+  constexpr uint64_t kMiB = 1ULL << 20;
+  constexpr uint64_t kMaxParts = 10000;
+  uint64_t part = std::max(min_part, (size + kMaxParts - 1) / kMaxParts);
+  return (part + kMiB - 1) / kMiB * kMiB;
+}
+
+RemoteTier::RemoteTier(FileSystem* fs, std::unique_ptr<ObjectStore> store, EventLog* events,
+                       RemoteTierOptions options)
+    : fs_(fs), store_(std::move(store)), events_(events), options_(options) {}
+
+RemoteTier::~RemoteTier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  space_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(fetch_mu_);
+    fetch_stopping_ = true;
+  }
+  fetch_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void RemoteTier::Start() {
+  RecomputeCacheUse();
+  for (int i = 0; i < options_.upload_files; i++) threads_.emplace_back([this] { UploadLoop(); });
+  for (int i = 0; i < options_.fetch_threads; i++) threads_.emplace_back([this] { FetchLoop(); });
+  threads_.emplace_back([this] { ControlLoop(); });
+  started_ = options_.fetch_threads > 0;
+}
+
+void RemoteTier::NoteRemoteResult(const Status& st, const char* what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (st.ok()) {
+    if (!healthy_) {
+      healthy_ = true;
+      events_->Append({{"event", "remote_ok"}, {"remote", store_->Describe()}});
+    }
+    return;
+  }
+  const std::string message = std::string(what) + ": " + st.ToString();
+  // One event per change of health or of the error, not one per retry.
+  if (healthy_ || message != last_error_) {
+    events_->Append({{"event", "remote_error"}, {"remote", store_->Describe()}, {"error", message}});
+  }
+  healthy_ = false;
+  last_error_ = message;
+  last_error_at_ = static_cast<double>(clock_.Now().tv_sec);
+}
+
+Result<size_t> RemoteTier::ImportPersistedSteps() {
+  auto listed = store_->List("");
+  NoteRemoteResult(listed.status(), "listing the remote for persisted steps");
+  if (!listed.ok()) return listed.status();
+  const std::set<std::string> being_deleted = fs_->StepPathsBeingDeleted();
+  size_t imported = 0;
+  for (const ObjectInfo& info : *listed) {
+    std::string step_path;
+    if (!IsCommitObjectKey(info.key, &step_path) || being_deleted.count(step_path)) continue;
+    auto body = store_->GetRange(info.key, 0, info.size);
+    if (!body.ok()) {
+      if (body.err() == ENOENT) continue;  // deleted since the listing
+      NoteRemoteResult(body.status(), "reading a commit object");
+      return body.status();
+    }
+    auto obj = DecodeCommitObject(*body, step_path);
+    if (!obj.ok()) {
+      events_->Append({{"event", "error"}, {"path", step_path}, {"error", obj.status().message()}});
+      continue;
+    }
+    Status st = fs_->ImportStep(*obj);
+    if (st.ok()) {
+      imported++;
+    } else if (st.err() != EEXIST) {
+      events_->Append({{"event", "error"},
+                       {"path", step_path},
+                       {"error", "not imported from the remote: " + st.message()}});
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    import_done_ = true;
+  }
+  import_cv_.notify_all();
+  if (imported > 0) {
+    events_->Append({{"event", "import_done"}, {"remote", store_->Describe()}, {"steps", imported}});
+  }
+  return imported;
+}
+
+bool RemoteTier::WaitForImport(std::chrono::nanoseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return import_cv_.wait_for(lock, timeout, [&] { return import_done_ || stopping_; }) && import_done_;
+}
+
+Status RemoteTier::PersistSteps() {
+  for (const FileSystem::PersistJob& job : fs_->StepsToPersist()) {
+    // The commit object's key may still be queued for deletion (a step of
+    // the same name was removed): the claim drops that.
+    fs_->ClaimKey(job.key);
+    Status st = store_->Put(job.key, job.body);
+    NoteRemoteResult(st, "writing a commit object");
+    if (!st.ok()) {
+      fs_->ReleaseKey(job.key);
+      return st;
+    }
+    CKPTFS_RETURN_IF_ERROR(fs_->MarkPersisted(job));
+    fs_->FlushInvalidations();  // steps retention removed just now
+    std::lock_guard<std::mutex> lock(mu_);
+    steps_persisted_++;
+  }
+  return Status::Ok();
+}
+
+Status RemoteTier::DeleteRemoteGarbage() {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return Status::Ok();
+    }
+    FileSystem::RemoteGcBatch batch;
+    {
+      std::lock_guard<std::mutex> keys(key_mu_);
+      auto next = fs_->NextRemoteDeletions(kDeleteBatch);
+      if (!next.ok()) return next.status();
+      batch = std::move(next).value();
+      deleting_keys_.insert(batch.keys.begin(), batch.keys.end());
+    }
+    if (batch.keys.empty()) return Status::Ok();
+    Status st = store_->Delete(batch.keys);
+    NoteRemoteResult(st, "deleting objects");
+    if (st.ok()) st = fs_->RemoteDeletionsDone(batch);
+    {
+      std::lock_guard<std::mutex> keys(key_mu_);
+      for (const auto& k : batch.keys) deleting_keys_.erase(k);
+    }
+    key_cv_.notify_all();
+    if (!st.ok()) return st;
+    std::lock_guard<std::mutex> lock(mu_);
+    objects_deleted_ += batch.keys.size();
+  }
+}
+
+void RemoteTier::ControlLoop() {
+  int64_t import_retry_at = 0;
+  int64_t import_delay = options_.retry_min_ns;
+  int64_t gc_delay = options_.retry_min_ns;
+  for (bool first = true;; first = false) {
+    bool import_needed;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!first) {
+        work_cv_.wait_for(lock, std::chrono::nanoseconds(options_.control_interval_ns),
+                          [&] { return stopping_; });
+      }
+      if (stopping_) return;
+      import_needed = !import_done_;
+    }
+    const int64_t now = clock_.MonotonicNanos();
+    if (import_needed && now >= import_retry_at) {
+      if (ImportPersistedSteps().ok()) {
+        import_delay = options_.retry_min_ns;
+      } else {
+        import_retry_at = now + import_delay;
+        import_delay = std::min(import_delay * 2, options_.retry_max_ns);
+      }
+    }
+    (void)PersistSteps();
+    bool gc_due;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gc_due = now >= gc_retry_after_;
+    }
+    if (gc_due) {
+      Status st = DeleteRemoteGarbage();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (st.ok()) {
+        gc_delay = options_.retry_min_ns;
+      } else {
+        gc_retry_after_ = now + gc_delay;
+        gc_delay = std::min(gc_delay * 2, options_.retry_max_ns);
+      }
+    }
+    RecomputeCacheUse();
+    (void)EvictIfNeeded();
+  }
+}
+
+Status RemoteTier::RunOnceForTest() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retry_after_.clear();
+  }
+  FileSystem::UploadJob job;
+  Status first;
+  std::set<uint64_t> tried;  // each file once per pass, failed or not
+  while (TakeUpload(&job, tried)) {
+    tried.insert(job.ino);
+    Status st = Upload(job);
+    UploadFinished(job.ino, st, job.size);
+    if (!st.ok() && first.ok()) first = st;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retry_after_.clear();
+  }
+  if (Status st = PersistSteps(); !st.ok() && first.ok()) first = st;
+  if (Status st = DeleteRemoteGarbage(); !st.ok() && first.ok()) first = st;
+  RecomputeCacheUse();
+  if (Status st = EvictIfNeeded(); !st.ok() && first.ok()) first = st;
+  return first;
+}
+
+void RemoteTier::UploadsQueued() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    uploads_pending_ = true;
+  }
+  work_cv_.notify_all();
+}
+
+void RemoteTier::AddStatus(nlohmann::json* status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json remote = {{"url", store_->Describe()},
+                           {"healthy", healthy_},
+                           {"last_error", last_error_.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_error_)},
+                           {"last_error_at", last_error_at_ > 0 ? nlohmann::json(last_error_at_) : nlohmann::json(nullptr)},
+                           {"uploads_in_flight", uploading_.size()},
+                           {"upload_bytes_in_flight", bytes_in_flight_},
+                           {"uploads_waiting_to_retry", retry_after_.size()},
+                           {"bytes_uploaded", bytes_uploaded_},
+                           {"files_uploaded", files_uploaded_},
+                           {"upload_failures", upload_failures_},
+                           {"steps_persisted", steps_persisted_},
+                           {"objects_deleted", objects_deleted_},
+                           {"bytes_fetched", bytes_fetched_.load()},
+                           {"cold_import_done", import_done_}};
+  (*status)["remote"] = std::move(remote);
+  (*status)["cache"]["bytes_used"] = cache_used_.load();
+  (*status)["cache"]["bytes_limit"] = options_.cache_size;
+  (*status)["cache"]["evictions"] = evictions_;
+  (*status)["cache"]["writers_waiting"] = space_waiters_;
+}
+
+}  // namespace ckptfs

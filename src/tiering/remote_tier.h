@@ -1,0 +1,183 @@
+// RemoteTier: the I/O side of the object-storage tier (SPEC section 4). It
+// owns the threads that
+//   * upload queued files (whole-object PUT or multipart with parts in
+//     parallel), computing each file's CRC32C on the way;
+//   * write a committed step's commit object once all its files are up, and
+//     delete remote objects queued for deletion (commit objects first);
+//   * keep the cache under --cache-size by evicting persisted files, least
+//     recently used first, and make writers wait (bounded) when only
+//     unpersisted data is left;
+//   * fetch ranges of non-resident files on read, with read-ahead, into
+//     sparse backing files (what was fetched is kept in a presence map);
+//   * import persisted steps from the remote at mount (cold mount).
+// Every decision about the namespace is FileSystem's (filesystem_tiering.cc);
+// this class never touches the manifest itself.
+//
+// Lock order: FileSystem::mu_ -> mu_ / fetch_mu_ (FileSystem calls the
+// TierHooks with its lock held). This class never calls FileSystem while
+// holding mu_ or fetch_mu_. key_mu_ (deletions vs uploads of one key) is
+// taken before FileSystem::mu_ and never inside a hook.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "control/event_log.h"
+#include "namespace/filesystem.h"
+#include "namespace/tier_hooks.h"
+#include "remote/object_store.h"
+
+namespace ckptfs {
+
+struct RemoteTierOptions {
+  int upload_files = 8;                  // files uploading at once
+  int parts_per_file = 4;                // parts of one file in flight at once
+  uint64_t min_part_size = 8ULL << 20;   // grows so any file fits in 10,000 parts
+  uint64_t fetch_chunk = 8ULL << 20;     // unit of ranged GETs and of the presence map
+  int readahead_chunks = 8;              // fetched ahead of a sequential reader
+  int fetch_threads = 8;
+  uint64_t cache_size = 0;               // 0 = unlimited
+  int64_t cache_full_wait_ns = 60LL * 1'000'000'000;
+  // A failed upload or deletion is tried again after a delay that doubles
+  // from retry_min to retry_max (the client already retried each request).
+  int64_t retry_min_ns = 1LL * 1'000'000'000;
+  int64_t retry_max_ns = 30LL * 1'000'000'000;
+  int64_t control_interval_ns = 200LL * 1'000'000;
+};
+
+// Part size for an object of `size` bytes: at least min_part, a multiple of
+// 1 MiB, and large enough that the object fits in 10,000 parts (S3's limit).
+uint64_t PartSizeFor(uint64_t size, uint64_t min_part);
+
+class RemoteTier : public TierHooks {
+ public:
+  RemoteTier(FileSystem* fs, std::unique_ptr<ObjectStore> store, EventLog* events,
+             RemoteTierOptions options);
+  ~RemoteTier() override;  // stops the threads; queued work resumes at the next mount
+  RemoteTier(const RemoteTier&) = delete;
+  RemoteTier& operator=(const RemoteTier&) = delete;
+
+  // Shows every persisted step of the remote that is not here (cold mount).
+  // Returns how many steps were imported; on failure the control thread
+  // tries again until it succeeds once.
+  Result<size_t> ImportPersistedSteps();
+  // Starts the background threads (uploads, control, fetches). The control
+  // thread imports persisted steps first, then keeps trying until it works.
+  void Start();
+  // Waits up to timeout for the first import to succeed; false if it has not.
+  bool WaitForImport(std::chrono::nanoseconds timeout);
+
+  // For tests: runs one pass of every background job on the calling thread
+  // (uploads, commit objects, remote deletions, eviction) and returns once
+  // nothing more can be done right now.
+  Status RunOnceForTest();
+
+  // TierHooks.
+  void UploadsQueued() override;
+  Status EnsureLocal(uint64_t ino, const std::string& key, uint64_t size, BackingFile* file,
+                     uint64_t offset, size_t n) override;
+  Status WaitForCacheSpace(uint64_t n) override;
+  void Forget(uint64_t ino) override;
+  void AddStatus(nlohmann::json* status) override;
+
+  ObjectStore* store() { return store_.get(); }
+
+ private:
+  // Uploads (remote_tier_upload.cc).
+  void UploadLoop();
+  // Takes the next job not taken by another worker; false when none.
+  bool TakeUpload(FileSystem::UploadJob* job, const std::set<uint64_t>& also_skip = {});
+  Status Upload(const FileSystem::UploadJob& job);
+  Status UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, uint32_t* crc);
+  Status ReadForUpload(const FileSystem::UploadJob& job, BackingFile* file, uint64_t offset,
+                       size_t n, std::string* out);
+  void UploadFinished(uint64_t ino, const Status& st, uint64_t bytes);
+
+  // Commit objects, remote deletions, import (remote_tier.cc).
+  void ControlLoop();
+  Status PersistSteps();
+  Status DeleteRemoteGarbage();
+  void NoteRemoteResult(const Status& st, const char* what);
+
+  // Cache (remote_tier_cache.cc).
+  void RecomputeCacheUse();
+  Status EvictIfNeeded();
+
+  // Fetching (remote_tier_fetch.cc).
+  struct Presence {
+    std::vector<uint8_t> chunks;  // kAbsent, kFetching, kPresent
+    uint64_t present_bytes = 0;
+    uint64_t next_sequential = 0;  // the offset a sequential reader reads next
+    bool complete_reported = false;
+  };
+  enum : uint8_t { kAbsent = 0, kFetching = 1, kPresent = 2 };
+  Status FetchChunk(uint64_t ino, const std::string& key, uint64_t size, BackingFile* file,
+                    uint64_t chunk);
+  void FetchLoop();
+  void MaybeMarkResident(uint64_t ino, BackingFile* file);
+
+  FileSystem* const fs_;
+  std::unique_ptr<ObjectStore> store_;
+  EventLog* const events_;
+  const RemoteTierOptions options_;
+
+  std::mutex mu_;  // upload bookkeeping, health, counters
+  std::condition_variable work_cv_;   // uploads queued, stop
+  std::condition_variable space_cv_;  // cache use went down
+  std::condition_variable import_cv_;  // the cold-mount import is done
+  bool stopping_ = false;                           // GUARDED_BY(mu_)
+  bool uploads_pending_ = true;                     // GUARDED_BY(mu_) re-scan the queue
+  std::set<uint64_t> uploading_;                    // GUARDED_BY(mu_)
+  std::map<uint64_t, int64_t> retry_after_;         // GUARDED_BY(mu_) ino -> monotonic ns
+  std::map<uint64_t, int64_t> retry_delay_;         // GUARDED_BY(mu_)
+  int64_t gc_retry_after_ = 0;                      // GUARDED_BY(mu_)
+  bool import_done_ = false;                        // GUARDED_BY(mu_)
+  std::string last_error_;                          // GUARDED_BY(mu_)
+  double last_error_at_ = 0;                        // GUARDED_BY(mu_)
+  bool healthy_ = true;                             // GUARDED_BY(mu_)
+  uint64_t bytes_uploaded_ = 0;                     // GUARDED_BY(mu_)
+  uint64_t bytes_in_flight_ = 0;                    // GUARDED_BY(mu_)
+  uint64_t files_uploaded_ = 0;                     // GUARDED_BY(mu_)
+  uint64_t upload_failures_ = 0;                    // GUARDED_BY(mu_)
+  uint64_t objects_deleted_ = 0;                    // GUARDED_BY(mu_)
+  uint64_t steps_persisted_ = 0;                    // GUARDED_BY(mu_)
+  uint64_t evictions_ = 0;                          // GUARDED_BY(mu_)
+  uint64_t space_waiters_ = 0;                      // GUARDED_BY(mu_)
+  uint64_t space_wanted_ = 0;                       // GUARDED_BY(mu_) bytes the waiters need
+
+  std::mutex key_mu_;  // remote deletions vs uploads of the same key
+  std::condition_variable key_cv_;
+  std::set<std::string> deleting_keys_;  // GUARDED_BY(key_mu_)
+
+  std::atomic<uint64_t> cache_used_{0};
+  std::atomic<uint64_t> bytes_fetched_{0};
+
+  std::mutex fetch_mu_;
+  std::condition_variable fetch_cv_;  // a chunk changed state; read-ahead queued
+  std::unordered_map<uint64_t, Presence> presence_;  // GUARDED_BY(fetch_mu_)
+  struct ReadAhead {
+    uint64_t ino;
+    std::string key;
+    uint64_t size;
+    uint64_t chunk;
+  };
+  std::deque<ReadAhead> readahead_;   // GUARDED_BY(fetch_mu_)
+  bool fetch_stopping_ = false;       // GUARDED_BY(fetch_mu_)
+
+  SystemClock clock_;
+  std::atomic<bool> started_{false};  // threads run: read-ahead has takers
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace ckptfs

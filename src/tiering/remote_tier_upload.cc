@@ -1,0 +1,211 @@
+// RemoteTier's upload workers: each takes a queued file, claims its key,
+// uploads it (one PUT, or multipart with parts in flight in parallel), and
+// tells FileSystem what the object now holds. A failure leaves the file
+// queued; it is tried again after a growing delay.
+#include <algorithm>
+#include <deque>
+
+#include "common/crc32c.h"
+#include "tiering/remote_tier.h"
+
+namespace ckptfs {
+
+bool RemoteTier::TakeUpload(FileSystem::UploadJob* job, const std::set<uint64_t>& also_skip) {
+  std::set<uint64_t> skip = also_skip;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = clock_.MonotonicNanos();
+    skip.insert(uploading_.begin(), uploading_.end());
+    for (const auto& [ino, when] : retry_after_) {
+      if (when > now) skip.insert(ino);
+    }
+  }
+  for (FileSystem::UploadJob& candidate : fs_->NextUploads(options_.upload_files + 1, skip)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (uploading_.count(candidate.ino)) continue;  // another worker took it meanwhile
+    uploading_.insert(candidate.ino);
+    bytes_in_flight_ += candidate.size;
+    *job = std::move(candidate);
+    return true;
+  }
+  return false;
+}
+
+void RemoteTier::UploadLoop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Wake on new work, and now and then for retries that came due.
+      work_cv_.wait_for(lock, std::chrono::milliseconds(500),
+                        [&] { return stopping_ || uploads_pending_; });
+      if (stopping_) return;
+      uploads_pending_ = false;
+    }
+    FileSystem::UploadJob job;
+    while (TakeUpload(&job)) {
+      Status st = Upload(job);
+      UploadFinished(job.ino, st, job.size);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+    }
+  }
+}
+
+void RemoteTier::UploadFinished(uint64_t ino, const Status& st, uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    uploading_.erase(ino);
+    bytes_in_flight_ -= std::min(bytes_in_flight_, bytes);
+    if (st.ok()) {
+      retry_after_.erase(ino);
+      retry_delay_.erase(ino);
+      bytes_uploaded_ += bytes;
+      files_uploaded_++;
+    } else {
+      upload_failures_++;
+      int64_t& delay = retry_delay_[ino];
+      delay = delay == 0 ? options_.retry_min_ns : std::min(delay * 2, options_.retry_max_ns);
+      retry_after_[ino] = clock_.MonotonicNanos() + delay;
+    }
+    // Finished uploads may complete a step: the control thread writes its
+    // commit object on its next pass.
+    uploads_pending_ = true;
+  }
+  work_cv_.notify_all();
+  NoteRemoteResult(st, "uploading");
+}
+
+Status RemoteTier::ReadForUpload(const FileSystem::UploadJob& job, BackingFile* file, uint64_t offset,
+                                 size_t n, std::string* out) {
+  if (!job.resident) {
+    // A moved step whose data was evicted: fetch it from its old object.
+    CKPTFS_RETURN_IF_ERROR(EnsureLocal(job.ino, job.source_key, job.size, file, offset, n));
+  }
+  out->resize(n);
+  size_t done = 0;
+  while (done < n) {
+    auto got = file->PRead(out->data() + done, n - done, offset + done);
+    if (!got.ok()) return got.status().Annotate("reading " + job.key + " for upload");
+    if (*got == 0) {
+      // Shorter than recorded: it changed under us; NoteUploaded will see
+      // the new version and queue it again.
+      return Status::Error(EAGAIN, job.key + " changed while it was uploaded");
+    }
+    done += *got;
+  }
+  return Status::Ok();
+}
+
+Status RemoteTier::Upload(const FileSystem::UploadJob& job) {
+  if (!job.stale_upload_id.empty()) {
+    // A multipart upload an earlier run began: abort it so it does not
+    // linger (S3 keeps unfinished parts, and bills them, until aborted).
+    (void)store_->AbortMultipart(job.stale_upload_key, job.stale_upload_id);
+  }
+  // An empty file may have no backing file at all (never written).
+  auto file = fs_->data()->Open(job.ino, /*create=*/!job.resident || job.size == 0);
+  if (!file.ok()) return file.status().Annotate("opening " + job.key + " for upload");
+  {
+    // Wait out a deletion of the same key in flight, then claim the key so
+    // that no deletion of it starts while the upload runs.
+    std::unique_lock<std::mutex> keys(key_mu_);
+    key_cv_.wait(keys, [&] { return !deleting_keys_.count(job.key); });
+    fs_->ClaimKey(job.key);
+  }
+  uint32_t crc = 0;
+  Status st;
+  if (job.size <= PartSizeFor(job.size, std::max(options_.min_part_size, store_->min_part_size()))) {
+    std::string data;
+    st = ReadForUpload(job, file->get(), 0, job.size, &data);
+    if (st.ok()) {
+      crc = Crc32c(0, data.data(), data.size());
+      st = store_->Put(job.key, data);
+    }
+  } else {
+    st = UploadMultipart(job, file->get(), &crc);
+  }
+  if (!st.ok()) {
+    fs_->ReleaseKey(job.key);
+    return st;
+  }
+  return fs_->NoteUploaded(job, crc);
+}
+
+Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, uint32_t* crc) {
+  const uint64_t part_size = PartSizeFor(job.size, std::max(options_.min_part_size, store_->min_part_size()));
+  const int parts = static_cast<int>((job.size + part_size - 1) / part_size);
+  auto upload_id = store_->BeginMultipart(job.key);
+  if (!upload_id.ok()) return upload_id.status();
+  (void)fs_->NoteMultipartStarted(job, *upload_id);
+
+  // This thread reads the parts in order (the CRC needs them in order) and
+  // hands them to up to parts_per_file senders.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<int, std::string>> ready;
+  std::vector<std::string> etags(parts);
+  Status failed;
+  bool reading_done = false;
+  int in_flight = 0;
+  auto sender = [&] {
+    for (;;) {
+      std::pair<int, std::string> part;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return !ready.empty() || reading_done || !failed.ok(); });
+        if (!failed.ok() || ready.empty()) return;
+        part = std::move(ready.front());
+        ready.pop_front();
+      }
+      auto etag = store_->UploadPart(job.key, *upload_id, part.first, part.second);
+      std::lock_guard<std::mutex> lock(mu);
+      in_flight--;
+      if (etag.ok()) {
+        etags[part.first - 1] = std::move(etag).value();
+      } else if (failed.ok()) {
+        failed = etag.status();
+      }
+      cv.notify_all();
+    }
+  };
+  std::vector<std::thread> senders;
+  for (int i = 0; i < std::min(options_.parts_per_file, parts); i++) senders.emplace_back(sender);
+  uint32_t c = 0;
+  for (int p = 1; p <= parts; p++) {
+    const uint64_t offset = static_cast<uint64_t>(p - 1) * part_size;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(part_size, job.size - offset));
+    {
+      // Bounded memory: at most parts_per_file parts read ahead of the senders.
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return in_flight < options_.parts_per_file || !failed.ok(); });
+      if (!failed.ok()) break;
+    }
+    std::string data;
+    Status st = ReadForUpload(job, file, offset, n, &data);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (failed.ok()) failed = st;
+      break;
+    }
+    c = Crc32c(c, data.data(), data.size());
+    std::lock_guard<std::mutex> lock(mu);
+    in_flight++;
+    ready.emplace_back(p, std::move(data));
+    cv.notify_all();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    reading_done = true;
+  }
+  cv.notify_all();
+  for (auto& t : senders) t.join();
+  if (failed.ok()) failed = store_->CompleteMultipart(job.key, *upload_id, etags);
+  if (!failed.ok()) {
+    (void)store_->AbortMultipart(job.key, *upload_id);
+    return failed;
+  }
+  *crc = c;
+  return Status::Ok();
+}
+
+}  // namespace ckptfs
