@@ -41,6 +41,19 @@ std::string HumanAge(double seconds) {
   return buf;
 }
 
+// Where a step's data is: "local" (no remote, or not committed yet),
+// "remote" once persisted (safe in the remote; may be cached here too),
+// "up 42%" while its upload runs.
+std::string Where(const nlohmann::json& step) {
+  if (step.value("persisted", false)) return "remote";
+  if (!step.contains("upload") || !step["upload"].is_object()) return "local";
+  const double total = step["upload"].value("bytes_total", 0.0);
+  const double done = step["upload"].value("bytes_done", 0.0);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "up %.0f%%", total > 0 ? 100.0 * done / total : 100.0);
+  return buf;
+}
+
 }  // namespace
 
 std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
@@ -52,7 +65,23 @@ std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
     const double total = cache.value("bytes_total", 0.0);
     const double free_bytes = cache.value("bytes_free", 0.0);
     out << "cache: " << cache.value("dir", "?") << ", " << HumanBytes(total - free_bytes) << " used of "
-        << HumanBytes(total) << " (" << HumanBytes(free_bytes) << " free)\n";
+        << HumanBytes(total) << " (" << HumanBytes(free_bytes) << " free)";
+    if (cache.value("bytes_limit", 0.0) > 0) {
+      out << "; data " << HumanBytes(cache.value("bytes_used", 0.0)) << " of --cache-size "
+          << HumanBytes(cache.value("bytes_limit", 0.0));
+    }
+    out << "\n";
+  }
+  if (status.contains("remote") && status["remote"].is_object()) {
+    const auto& remote = status["remote"];
+    out << "remote: " << remote.value("url", "?") << ", ";
+    if (remote.value("healthy", false)) {
+      out << "ok";
+    } else {
+      out << "FAILING: " << (remote["last_error"].is_string() ? remote["last_error"].get<std::string>() : "?");
+    }
+    out << "; " << remote.value("uploads_in_flight", 0) << " upload(s) in flight, "
+        << HumanBytes(remote.value("bytes_uploaded", 0.0)) << " uploaded\n";
   }
   // One table per run directory, in path order; steps by number.
   std::map<std::string, std::vector<nlohmann::json>> runs;
@@ -68,17 +97,17 @@ std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
     });
     out << "\n" << run << "\n";
     char line[256];
-    std::snprintf(line, sizeof line, "  %-10s %-11s %10s %7s  %-6s %6s  %s\n", "STEP", "STATE", "SIZE",
+    std::snprintf(line, sizeof line, "  %-10s %-11s %10s %7s  %-7s %6s  %s\n", "STEP", "STATE", "SIZE",
                   "FILES", "WHERE", "AGE", "NOTE");
     out << line;
     for (const auto& s : steps) {
       const bool committed = s.value("state", "") == "committed";
       const auto& at = s["committed_at"];
       const std::string age = committed && at.is_number() ? HumanAge(now_s - at.get<double>()) : "-";
-      std::snprintf(line, sizeof line, "  %-10lld %-11s %10s %7lld  %-6s %6s  %s\n",
+      std::snprintf(line, sizeof line, "  %-10lld %-11s %10s %7lld  %-7s %6s  %s\n",
                     static_cast<long long>(s.value("step", 0LL)), s.value("state", "?").c_str(),
                     HumanBytes(s.value("bytes", 0.0)).c_str(), static_cast<long long>(s.value("files", 0LL)),
-                    "local", age.c_str(), s.value("error", "").c_str());
+                    Where(s).c_str(), age.c_str(), s.value("error", "").c_str());
       out << line;
     }
   }

@@ -33,6 +33,27 @@ TEST(StatusCommandTest, OneTablePerRunWithSizesAgesAndReasons) {
   EXPECT_NE(table.find("waiting for __3_0.distcp"), std::string::npos) << table;
 }
 
+TEST(StatusCommandTest, RemoteHealthAndUploadProgress) {
+  const auto status = nlohmann::json::parse(R"({
+    "version": "0.1.0", "pid": 42, "mountpoint": "/ckpt",
+    "remote": {"url": "s3://b/p (http://127.0.0.1:9000)", "healthy": false,
+               "last_error": "uploading: connection refused", "uploads_in_flight": 3,
+               "bytes_uploaded": 1048576},
+    "steps": [
+      {"path": "r/step1", "step": 1, "state": "committed", "bytes": 100, "files": 1,
+       "committed_at": 1.0, "error": "", "persisted": true,
+       "upload": {"bytes_done": 100, "bytes_total": 100}},
+      {"path": "r/step2", "step": 2, "state": "committed", "bytes": 100, "files": 1,
+       "committed_at": 1.0, "error": "", "persisted": false,
+       "upload": {"bytes_done": 25, "bytes_total": 100}}]})");
+  const std::string table = RenderStatusTable(status, 10);
+  EXPECT_NE(table.find("remote: s3://b/p (http://127.0.0.1:9000), FAILING: uploading: connection refused"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("3 upload(s) in flight"), std::string::npos) << table;
+  EXPECT_NE(table.find("remote "), std::string::npos) << table;
+  EXPECT_NE(table.find("up 25%"), std::string::npos) << table;
+}
+
 TEST(StatusCommandTest, EmptyMount) {
   const auto status = nlohmann::json::parse(R"({"version": "0.1.0", "pid": 1, "mountpoint": "/m", "steps": []})");
   EXPECT_NE(RenderStatusTable(status, 0).find("no checkpoint steps yet"), std::string::npos);

@@ -162,6 +162,7 @@ void RemoteTier::ControlLoop() {
   int64_t import_retry_at = 0;
   int64_t import_delay = options_.retry_min_ns;
   int64_t gc_delay = options_.retry_min_ns;
+  int passes_since_recount = 0;
   for (bool first = true;; first = false) {
     bool import_needed;
     {
@@ -198,7 +199,12 @@ void RemoteTier::ControlLoop() {
         gc_delay = std::min(gc_delay * 2, options_.retry_max_ns);
       }
     }
-    RecomputeCacheUse();
+    // Recounting walks every inode under FileSystem's lock: every pass when
+    // a limit needs it, else now and then for status.json.
+    if (options_.cache_size > 0 || ++passes_since_recount >= 25) {
+      passes_since_recount = 0;
+      RecomputeCacheUse();
+    }
     (void)EvictIfNeeded();
   }
 }
