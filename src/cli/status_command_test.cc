@@ -34,7 +34,7 @@ TEST(StatusCommandTest, OneTablePerRunWithSizesAgesAndReasons) {
 }
 
 TEST(StatusCommandTest, RemoteHealthAndUploadProgress) {
-  const auto status = nlohmann::json::parse(R"({
+  const auto status = nlohmann::json::parse(R"json({
     "version": "0.1.0", "pid": 42, "mountpoint": "/ckpt",
     "remote": {"url": "s3://b/p (http://127.0.0.1:9000)", "healthy": false,
                "last_error": "uploading: connection refused", "uploads_in_flight": 3,
@@ -45,7 +45,7 @@ TEST(StatusCommandTest, RemoteHealthAndUploadProgress) {
        "upload": {"bytes_done": 100, "bytes_total": 100}},
       {"path": "r/step2", "step": 2, "state": "committed", "bytes": 100, "files": 1,
        "committed_at": 1.0, "error": "", "persisted": false,
-       "upload": {"bytes_done": 25, "bytes_total": 100}}]})");
+       "upload": {"bytes_done": 25, "bytes_total": 100}}]})json");
   const std::string table = RenderStatusTable(status, 10);
   EXPECT_NE(table.find("remote: s3://b/p (http://127.0.0.1:9000), FAILING: uploading: connection refused"),
             std::string::npos) << table;

@@ -118,7 +118,7 @@ class RemoteTier : public TierHooks {
   struct Presence {
     std::vector<uint8_t> chunks;  // kAbsent, kFetching, kPresent
     uint64_t present_bytes = 0;
-    uint64_t next_sequential = 0;  // the offset a sequential reader reads next
+    uint64_t last_chunk = 0;  // the last chunk a read touched (sequential detection)
     bool complete_reported = false;
   };
   enum : uint8_t { kAbsent = 0, kFetching = 1, kPresent = 2 };

@@ -97,8 +97,10 @@ Status RemoteTier::EnsureLocal(uint64_t ino, const std::string& key, uint64_t si
       }
       if (attempt == 0) {
         // Sequential readers get the next chunks fetched ahead of them.
-        const bool sequential = offset == p.next_sequential || offset == 0;
-        p.next_sequential = offset + n;
+        // The kernel's own read-ahead sends reads slightly out of order, so
+        // "sequential" means: in the chunk last read or the next one.
+        const bool sequential = offset == 0 || (first >= p.last_chunk && first <= p.last_chunk + 1);
+        p.last_chunk = last;
         if (sequential && started_) {
           for (uint64_t c = last + 1; c < chunks && c <= last + options_.readahead_chunks; c++) {
             if (p.chunks[c] != kAbsent) continue;

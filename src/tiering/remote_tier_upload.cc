@@ -134,6 +134,11 @@ Status RemoteTier::Upload(const FileSystem::UploadJob& job) {
 Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, uint32_t* crc) {
   const uint64_t part_size = PartSizeFor(job.size, std::max(options_.min_part_size, store_->min_part_size()));
   const int parts = static_cast<int>((job.size + part_size - 1) / part_size);
+  // Parts in flight: parts_per_file, fewer for huge parts (a 5 TiB file has
+  // 525 MiB parts), so one file's upload holds about 64 MiB at most.
+  constexpr uint64_t kInFlightBytes = 64ULL << 20;
+  const int window = static_cast<int>(std::clamp<uint64_t>(kInFlightBytes / part_size, 1,
+                                                           static_cast<uint64_t>(options_.parts_per_file)));
   auto upload_id = store_->BeginMultipart(job.key);
   if (!upload_id.ok()) return upload_id.status();
   (void)fs_->NoteMultipartStarted(job, *upload_id);
@@ -169,15 +174,15 @@ Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile
     }
   };
   std::vector<std::thread> senders;
-  for (int i = 0; i < std::min(options_.parts_per_file, parts); i++) senders.emplace_back(sender);
+  for (int i = 0; i < std::min(window, parts); i++) senders.emplace_back(sender);
   uint32_t c = 0;
   for (int p = 1; p <= parts; p++) {
     const uint64_t offset = static_cast<uint64_t>(p - 1) * part_size;
     const size_t n = static_cast<size_t>(std::min<uint64_t>(part_size, job.size - offset));
     {
-      // Bounded memory: at most parts_per_file parts read ahead of the senders.
+      // Bounded memory: at most `window` parts read ahead of the senders.
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return in_flight < options_.parts_per_file || !failed.ok(); });
+      cv.wait(lock, [&] { return in_flight < window || !failed.ok(); });
       if (!failed.ok()) break;
     }
     std::string data;
