@@ -48,7 +48,9 @@ class S3rver:
         os.makedirs(data, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                ["node", S3RVER_BIN, "-d", data, "-a", "127.0.0.1", "-p", str(self.port),
+                # s3rver 3.7.1 makes continuation tokens with DES, which Node 20's
+                # OpenSSL 3 only offers from its legacy provider.
+                ["node", "--openssl-legacy-provider", S3RVER_BIN, "-d", data, "-a", "127.0.0.1", "-p", str(self.port),
                  "--silent", "--configure-bucket", self.bucket],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
