@@ -5,6 +5,8 @@
 // injection and counters. The S3 store's own tests are in
 // s3_object_store_test.cc.
 #include <gtest/gtest.h>
+
+#include "remote/object_store_test_util.h"
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,15 +95,6 @@ std::string Get(ObjectStore* store, const std::string& key) {
   return r.ok() ? *r : std::string();
 }
 
-std::vector<std::string> Keys(ObjectStore* store, const std::string& prefix) {
-  Result<std::vector<ObjectInfo>> r = store->List(prefix);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  std::vector<std::string> keys;
-  if (r.ok()) {
-    for (const ObjectInfo& info : *r) keys.push_back(info.key);
-  }
-  return keys;
-}
 
 template <typename Factory>
 class ObjectStoreContractTest : public testing::Test {

@@ -8,6 +8,8 @@
 #include "remote/s3_object_store.h"
 
 #include <gtest/gtest.h>
+
+#include "remote/object_store_test_util.h"
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -32,15 +34,6 @@ std::string Bytes(size_t n, unsigned seed) {
   return s;
 }
 
-std::vector<std::string> Keys(ObjectStore* store, const std::string& prefix) {
-  Result<std::vector<ObjectInfo>> r = store->List(prefix);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  std::vector<std::string> keys;
-  if (r.ok()) {
-    for (const ObjectInfo& info : *r) keys.push_back(info.key);
-  }
-  return keys;
-}
 
 // ---- Against s3rver ----
 
