@@ -34,8 +34,10 @@ void EventLog::Append(nlohmann::json event) {
     clock_gettime(CLOCK_REALTIME, &ts);
     event["time"] = static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
   }
+  const std::string kind = event.value("event", "");
   std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::lock_guard<std::mutex> lock(mu_);
+  counts_[kind]++;
   if (file_) {
     std::fprintf(file_, "%s\n", line.c_str());
     std::fflush(file_);
@@ -52,6 +54,11 @@ std::string EventLog::Render() const {
     out += '\n';
   }
   return out;
+}
+
+std::map<std::string, uint64_t> EventLog::Counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
 }
 
 size_t EventLog::size() const {

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -27,6 +28,8 @@ class EventLog {
   // Every line kept, oldest first, each ending in '\n'.
   std::string Render() const;
   size_t size() const;
+  // How many events of each kind ("commit", "error", ...) since start.
+  std::map<std::string, uint64_t> Counts() const;
 
  private:
   const std::string path_;
@@ -34,6 +37,7 @@ class EventLog {
   mutable std::mutex mu_;
   std::deque<std::string> lines_;  // GUARDED_BY(mu_)
   FILE* file_ = nullptr;           // GUARDED_BY(mu_)
+  std::map<std::string, uint64_t> counts_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace ckptfs

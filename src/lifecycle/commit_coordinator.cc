@@ -1,5 +1,6 @@
 #include "lifecycle/commit_coordinator.h"
 
+#include <chrono>
 #include <cstdio>
 #include <unordered_map>
 
@@ -147,6 +148,7 @@ void CommitCoordinator::IdleLoop() {
 void CommitCoordinator::Commit(uint64_t step_ino) {
   auto plan = fs_->BeginCommit(step_ino);
   if (!plan.ok()) return;  // waiting for writers, already done, or timed out
+  const auto started = std::chrono::steady_clock::now();
 
   Completeness check = CheckStepCompleteness(PlanFiles(fs_, *plan));
   plan->ephemeral = check.ephemeral;
@@ -179,6 +181,10 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   for (const auto& f : plan->files) inos.push_back(f.ino);
   fs_->DropPageCache(inos);
   st = fs_->FinishCommit(*plan);
+  if (st.ok()) {
+    fs_->metrics().commit_seconds.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
   if (!st.ok() && st.err() != EALREADY) fs_->AbortCommit(step_ino, st, false, false);
 }
 

@@ -38,6 +38,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "control/event_log.h"
+#include "control/metrics.h"
 #include "data/data_store.h"
 #include "lifecycle/step_pattern.h"
 #include "manifest/manifest_store.h"
@@ -75,6 +76,7 @@ inline constexpr uint64_t kVirtualBit = 1ULL << 63;
 inline constexpr uint64_t kControlDirIno = kVirtualBit | 1;
 inline constexpr uint64_t kStatusFileIno = kVirtualBit | 2;
 inline constexpr uint64_t kEventsFileIno = kVirtualBit | 3;
+inline constexpr uint64_t kMetricsFileIno = kVirtualBit | 4;
 inline constexpr uint64_t kLatestBit = 1ULL << 62;  // kLatestBit | run dir ino
 inline constexpr const char* kControlDirName = ".ckptfs";
 inline constexpr const char* kLatestName = "latest";
@@ -351,6 +353,8 @@ class FileSystem {
   };
 
   const FileSystemOptions& options() const { return options_; }
+  // Counters for /.ckptfs/metrics; the commit coordinator records latency.
+  FsMetrics& metrics() { return metrics_; }
 
  private:
   FileSystem(FileSystemOptions options, StepPattern pattern, std::unique_ptr<ManifestStore> manifest,
@@ -464,6 +468,7 @@ class FileSystem {
   Result<Entry> LookupVirtual(uint64_t parent, const std::string& name);
   Result<Attr> GetAttrVirtual(uint64_t ino);
   std::string RenderControlFile(uint64_t ino);
+  std::string RenderMetricsLocked();
   // Bytes and regular files below a step now (for steps not yet committed).
   std::pair<uint64_t, uint64_t> CurrentSize(uint64_t step_ino);
   std::optional<std::string> StepXattr(uint64_t ino, const std::string& name);
@@ -488,6 +493,8 @@ class FileSystem {
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_;  // GUARDED_BY(mu_)
   InvalidateInodeFn invalidate_inode_;
   uint64_t fsyncdir_seq_ = 0;  // GUARDED_BY(mu_)
+
+  FsMetrics metrics_;
 
   // Remote tier state (filesystem_tiering.cc).
   TierHooks* tier_ = nullptr;

@@ -344,8 +344,9 @@ Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset,
   std::vector<DirEntry> out;
   if (ino == kControlDirIno) {
     const std::pair<const char*, uint64_t> fixed[] = {
-        {".", kControlDirIno}, {"..", kRootIno}, {"status.json", kStatusFileIno}, {"events", kEventsFileIno}};
-    for (uint64_t i = offset; i < 4 && out.size() < max; ++i) {
+        {".", kControlDirIno}, {"..", kRootIno}, {"status.json", kStatusFileIno}, {"events", kEventsFileIno},
+        {"metrics", kMetricsFileIno}};
+    for (uint64_t i = offset; i < 5 && out.size() < max; ++i) {
       out.push_back(DirEntry{fixed[i].first, fixed[i].second,
                              static_cast<uint32_t>(i < 2 ? S_IFDIR : S_IFREG), i + 1});
     }

@@ -18,7 +18,7 @@ bool WantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
 Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (ino == kStatusFileIno || ino == kEventsFileIno) {
+  if (ino == kStatusFileIno || ino == kEventsFileIno || ino == kMetricsFileIno) {
     if (WantsWrite(flags)) return Status::Error(EROFS, "ckptfs control files are read-only");
     auto fh = std::make_unique<FileHandle>();
     fh->ino = ino;
@@ -112,6 +112,7 @@ Result<size_t> FileSystem::Read(FileHandle* fh, void* buf, size_t n, uint64_t of
 }
 
 Status FileSystem::PrepareRead(FileHandle* fh, uint64_t offset, size_t n) {
+  metrics_.fuse_bytes_read += n;
   if (fh->remote_key.empty() || !tier_ || offset >= fh->remote_size) return Status::Ok();
   const size_t len = static_cast<size_t>(std::min<uint64_t>(n, fh->remote_size - offset));
   return tier_->EnsureLocal(fh->ino, fh->remote_key, fh->remote_size, fh->file.get(), offset, len);
@@ -133,6 +134,7 @@ Status FileSystem::PrepareWrite(FileHandle* /*fh*/, size_t n) {
 int FileSystem::BackingFd(FileHandle* fh) const { return fh->file ? fh->file->fd() : -1; }
 
 void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
+  metrics_.fuse_bytes_written += n;
   std::lock_guard<std::mutex> lock(mu_);
   Inode* inode = Find(fh->ino);
   if (!inode) return;

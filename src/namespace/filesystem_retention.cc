@@ -170,6 +170,7 @@ void FileSystem::RemoveStepLocked(uint64_t step_ino, const std::string& reason, 
   DropLink(step, batch);  // removes the step record too
   MaybeEvict(step_ino);
   pending_invalidations_.emplace_back(run_ino, name);
+  metrics_.retention_removals++;
   events_->Append({{"event", "prune"},
                    {"path", path},
                    {"step", rec.step},

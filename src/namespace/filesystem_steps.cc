@@ -211,8 +211,10 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
   batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(rec));
   (void)Apply(batch, false);
   if (broken) {
+    metrics_.steps_broken++;
     EmitStepEvent("broken", step_ino, rec, rec.error);
   } else if (!waiting) {
+    metrics_.commits_failed++;
     EmitStepEvent("commit_failed", step_ino, rec, rec.error);
   } else if (old_error != rec.error) {
     EmitStepEvent("commit_waiting", step_ino, rec, rec.error);
@@ -282,6 +284,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   for (uint64_t ino : sealed) {
     if (Inode* inode = Find(ino)) inode->dirty = false;
   }
+  metrics_.commits++;
   nlohmann::json e = {{"event", "commit"}, {"path", path}, {"step", rec.step}, {"state", "committed"},
                       {"bytes", rec.bytes}, {"files", rec.files}};
   events_->Append(std::move(e));

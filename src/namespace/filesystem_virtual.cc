@@ -18,6 +18,8 @@ Result<Entry> FileSystem::LookupVirtual(uint64_t parent, const std::string& name
     ino = kStatusFileIno;
   } else if (parent == kControlDirIno && name == "events") {
     ino = kEventsFileIno;
+  } else if (parent == kControlDirIno && name == "metrics") {
+    ino = kMetricsFileIno;
   } else if (!IsVirtual(parent) && name == kLatestName && LatestStepOf(parent) != 0) {
     ino = kLatestBit | parent;
   } else {
@@ -42,7 +44,7 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
   if (ino == kControlDirIno) {
     st.st_mode = S_IFDIR | 0555;
     st.st_nlink = 2;
-  } else if (ino == kStatusFileIno || ino == kEventsFileIno) {
+  } else if (ino == kStatusFileIno || ino == kEventsFileIno || ino == kMetricsFileIno) {
     st.st_mode = S_IFREG | 0444;
     st.st_size = static_cast<off_t>(RenderControlFile(ino).size());
     st.st_mtim = st.st_ctim = clock_->Now();
@@ -69,6 +71,7 @@ std::pair<uint64_t, uint64_t> FileSystem::CurrentSize(uint64_t step_ino) {
 
 std::string FileSystem::RenderControlFile(uint64_t ino) {
   if (ino == kEventsFileIno) return events_->Render();
+  if (ino == kMetricsFileIno) return RenderMetricsLocked();
   std::vector<StatusStep> steps;
   for (const auto& [step_ino, rec] : steps_) {
     StatusStep s{PathOfLocked(step_ino), rec};

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "control/metrics.h"
 #include "data/data_store.h"
 
 namespace ckptfs {
@@ -40,6 +41,10 @@ class TierHooks {
   // The tier's part of status.json ("remote", "cache" and "uploads"). Called
   // with FileSystem::mu_ held; takes only the tier's own locks.
   virtual void AddStatus(nlohmann::json* status) = 0;
+
+  // The tier's metrics (uploads, fetches, cache), in Prometheus text.
+  // Called with FileSystem::mu_ held; takes only the tier's own locks.
+  virtual void AddMetrics(PrometheusWriter* out) = 0;
 };
 
 }  // namespace ckptfs

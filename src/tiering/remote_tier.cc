@@ -265,4 +265,32 @@ void RemoteTier::AddStatus(nlohmann::json* status) {
   (*status)["cache"]["writers_waiting"] = space_waiters_;
 }
 
+void RemoteTier::AddMetrics(PrometheusWriter* w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto one = [&](const char* name, const char* type, const char* help, double v) {
+    w->Family(name, type, help);
+    w->Sample(name, v);
+  };
+  one("ckptfs_remote_healthy", "gauge", "1 when the last request to the remote succeeded.", healthy_ ? 1 : 0);
+  one("ckptfs_uploads_in_flight", "gauge", "Files uploading now.", static_cast<double>(uploading_.size()));
+  one("ckptfs_upload_bytes_in_flight", "gauge", "Bytes of the files uploading now.",
+      static_cast<double>(bytes_in_flight_));
+  one("ckptfs_upload_bytes_total", "counter", "Bytes uploaded (files whose upload finished).",
+      static_cast<double>(bytes_uploaded_));
+  one("ckptfs_uploaded_files_total", "counter", "Files uploaded.", static_cast<double>(files_uploaded_));
+  one("ckptfs_upload_failures_total", "counter", "File uploads that failed (each is tried again).",
+      static_cast<double>(upload_failures_));
+  one("ckptfs_steps_persisted_total", "counter", "Commit objects written.", static_cast<double>(steps_persisted_));
+  one("ckptfs_remote_objects_deleted_total", "counter", "Remote objects deleted.",
+      static_cast<double>(objects_deleted_));
+  one("ckptfs_remote_fetch_bytes_total", "counter", "Bytes fetched from the remote for reads.",
+      static_cast<double>(bytes_fetched_.load()));
+  one("ckptfs_cache_bytes", "gauge", "File data in the cache, as counted against --cache-size.",
+      static_cast<double>(cache_used_.load()));
+  one("ckptfs_cache_limit_bytes", "gauge", "--cache-size (0: no limit).", static_cast<double>(options_.cache_size));
+  one("ckptfs_cache_evictions_total", "counter", "Files evicted from the cache.", static_cast<double>(evictions_));
+  one("ckptfs_cache_writers_waiting", "gauge", "Writes waiting for room in the cache.",
+      static_cast<double>(space_waiters_));
+}
+
 }  // namespace ckptfs

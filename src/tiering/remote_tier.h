@@ -90,6 +90,7 @@ class RemoteTier : public TierHooks {
   Status WaitForCacheSpace(uint64_t n) override;
   void Forget(uint64_t ino) override;
   void AddStatus(nlohmann::json* status) override;
+  void AddMetrics(PrometheusWriter* out) override;
 
   ObjectStore* store() { return store_.get(); }
 

@@ -685,3 +685,44 @@ def test_status_command(ckptfs):
     assert {s["path"] for s in json.loads(r.stdout)["steps"]} == {"run1/step100", "run1/step200"}
     r = run_cli("status", "/tmp")
     assert r.returncode != 0 and "not a ckptfs mount" in r.stderr
+
+
+def parse_metrics(text):
+    """{(name, frozenset(labels)): value} from the Prometheus text format; checks its shape."""
+    out = {}
+    typed = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            assert kind in ("counter", "gauge", "histogram"), line
+            typed.add(name)
+            continue
+        if line.startswith("#") or not line:
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, labels = series, frozenset()
+        if "{" in series:
+            name, rest = series.split("{", 1)
+            labels = frozenset(tuple(kv.split("=", 1)) for kv in rest.rstrip("}").split(","))
+        base = name
+        for suffix in ("_bucket", "_sum", "_count"):
+            if name.endswith(suffix) and name[:-len(suffix)] in typed:
+                base = name[:-len(suffix)]
+        assert base in typed, f"sample {name} has no TYPE line"
+        out[(name, labels)] = float(value)
+    return out
+
+
+def test_metrics_count_writes_commits_and_steps(ckptfs):
+    m = parse_metrics(read_file(ckptfs.path(".ckptfs/metrics")).decode())
+    assert m[("ckptfs_commits_total", frozenset())] == 0
+    os.makedirs(ckptfs.path("run/step1"))
+    write_file(ckptfs.path("run/step1/w.bin"), b"x" * 100000)
+    assert ckptfs.commit("run/step1").returncode == 0
+    m = parse_metrics(read_file(ckptfs.path(".ckptfs/metrics")).decode())
+    assert m[("ckptfs_commits_total", frozenset())] == 1
+    assert m[("ckptfs_fuse_write_bytes_total", frozenset())] >= 100000
+    assert m[("ckptfs_steps", frozenset({("state", '"committed"')}))] == 1
+    assert m[("ckptfs_commit_duration_seconds_count", frozenset())] == 1
+    assert m[("ckptfs_events_total", frozenset({("event", '"commit"')}))] == 1
+    assert "metrics" in os.listdir(ckptfs.path(".ckptfs"))

@@ -301,3 +301,19 @@ def test_bad_remote_options_are_refused_before_mounting(make_ckptfs):
             m.start()
         assert needle in str(e.value), (args, str(e.value))
         assert not m.mounted
+
+
+@pytest.mark.timeout_s(120)
+def test_metrics_show_uploads_and_cache(make_ckptfs, remote_dir):
+    from test_lifecycle import parse_metrics
+    m = make_ckptfs("--remote", f"file://{remote_dir}", "--cache-size", "1G")
+    write_step(m, "step1", {"a": payload(3 * MiB, 1)})
+    assert m.commit("step1").returncode == 0
+    wait_persisted(m, "step1")
+    text = read_file(m.path(".ckptfs/metrics")).decode()
+    metrics = parse_metrics(text)
+    assert metrics[("ckptfs_upload_bytes_total", frozenset())] == 3 * MiB
+    assert metrics[("ckptfs_remote_healthy", frozenset())] == 1
+    assert metrics[("ckptfs_steps_persisted", frozenset())] == 1
+    assert metrics[("ckptfs_cache_limit_bytes", frozenset())] == 1 << 30
+    assert metrics[("ckptfs_file_bytes", frozenset({("state", '"persisted"')}))] == 3 * MiB

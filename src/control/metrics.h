@@ -1,0 +1,57 @@
+// /.ckptfs/metrics in the Prometheus text exposition format (version 0.0.4):
+// counters and histograms updated lock-free on the hot paths, rendered on
+// read together with gauges computed at that moment (steps by state, cache
+// bytes by state) and the remote tier's counters.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ckptfs {
+
+// Appends metric families in the text format: one HELP and TYPE line per
+// family, then its samples. Label values are escaped.
+class PrometheusWriter {
+ public:
+  void Family(const std::string& name, const std::string& type, const std::string& help);
+  void Sample(const std::string& name, double value,
+              const std::vector<std::pair<std::string, std::string>>& labels = {});
+  const std::string& text() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// A latency histogram with fixed buckets (seconds).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double seconds);
+  void Render(const std::string& name, const std::string& help, PrometheusWriter* w) const;
+
+ private:
+  const std::vector<double> bounds_;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> counts_;  // GUARDED_BY(mu_) one per bound, plus +Inf
+  double sum_ = 0;                // GUARDED_BY(mu_)
+  uint64_t count_ = 0;            // GUARDED_BY(mu_)
+};
+
+// The counters the namespace and the commit path keep. Owned by FileSystem.
+struct FsMetrics {
+  std::atomic<uint64_t> fuse_bytes_written{0};
+  std::atomic<uint64_t> fuse_bytes_read{0};
+  std::atomic<uint64_t> commits{0};
+  std::atomic<uint64_t> commits_failed{0};
+  std::atomic<uint64_t> steps_broken{0};
+  std::atomic<uint64_t> retention_removals{0};
+  // Commit latency: from the coordinator taking the step to the synced batch.
+  Histogram commit_seconds{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60}};
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,77 @@
+// /.ckptfs/metrics (Prometheus text format): the counters FileSystem keeps,
+// gauges computed now under mu_ (steps by state, cache bytes by state), the
+// events by kind, and the remote tier's own metrics.
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+std::string FileSystem::RenderMetricsLocked() {
+  PrometheusWriter w;
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    w.Family(name, "counter", help);
+    w.Sample(name, static_cast<double>(v));
+  };
+  counter("ckptfs_fuse_write_bytes_total", "Bytes written through the FUSE mount.",
+          metrics_.fuse_bytes_written.load());
+  counter("ckptfs_fuse_read_bytes_total", "Bytes asked for by reads through the FUSE mount.",
+          metrics_.fuse_bytes_read.load());
+  counter("ckptfs_commits_total", "Steps committed.", metrics_.commits.load());
+  counter("ckptfs_commit_failures_total", "Commit attempts that failed (timed out waiting, I/O error).",
+          metrics_.commits_failed.load());
+  counter("ckptfs_steps_broken_total", "Steps found broken by their own metadata.",
+          metrics_.steps_broken.load());
+  counter("ckptfs_retention_removals_total", "Steps removed by retention or a finished deletion.",
+          metrics_.retention_removals.load());
+  metrics_.commit_seconds.Render("ckptfs_commit_duration_seconds",
+                                 "Time from a commit starting (no writer left) to its synced batch.", &w);
+
+  std::map<std::string, uint64_t> by_state;
+  for (StepState s : {StepState::kWriting, StepState::kCommitted, StepState::kIncomplete,
+                      StepState::kBroken, StepState::kDeleting}) {
+    by_state[StepStateName(s)] = 0;
+  }
+  uint64_t persisted = 0;
+  for (const auto& [ino, rec] : steps_) {
+    by_state[StepStateName(rec.state)]++;
+    persisted += rec.persisted ? 1 : 0;
+  }
+  w.Family("ckptfs_steps", "gauge", "Checkpoint steps by state.");
+  for (const auto& [state, n] : by_state) w.Sample("ckptfs_steps", static_cast<double>(n), {{"state", state}});
+  w.Family("ckptfs_steps_persisted", "gauge", "Committed steps whose remote copy is complete.");
+  w.Sample("ckptfs_steps_persisted", static_cast<double>(persisted));
+
+  // Cache bytes by state: data of persisted steps (evictable), everything
+  // else written here (never evicted), and remote-only data (not cached).
+  uint64_t evictable = 0, pinned = 0, remote_only = 0;
+  for (const auto& [ino, inode] : inodes_) {
+    if (!inode->is_reg()) continue;
+    if (inode->object && !inode->object->resident) {
+      remote_only += inode->rec.size;
+      continue;
+    }
+    auto step = steps_.find(StepOf(ino));
+    if (step != steps_.end() && step->second.persisted) {
+      evictable += inode->rec.size;
+    } else {
+      pinned += inode->rec.size;
+    }
+  }
+  w.Family("ckptfs_file_bytes", "gauge",
+           "Bytes of regular files: resident and persisted (evictable), resident and not persisted, "
+           "or only in the remote.");
+  w.Sample("ckptfs_file_bytes", static_cast<double>(evictable), {{"state", "persisted"}});
+  w.Sample("ckptfs_file_bytes", static_cast<double>(pinned), {{"state", "unpersisted"}});
+  w.Sample("ckptfs_file_bytes", static_cast<double>(remote_only), {{"state", "remote_only"}});
+  w.Family("ckptfs_upload_queue_files", "gauge", "Files queued for upload.");
+  w.Sample("ckptfs_upload_queue_files", static_cast<double>(uploads_.size()));
+
+  w.Family("ckptfs_events_total", "counter",
+           "Events by kind since start (error, remote_error, commit_failed and broken are the errors).");
+  for (const auto& [kind, n] : events_->Counts()) {
+    w.Sample("ckptfs_events_total", static_cast<double>(n), {{"event", kind}});
+  }
+  if (tier_) tier_->AddMetrics(&w);
+  return w.text();
+}
+
+}  // namespace ckptfs
