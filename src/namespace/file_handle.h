@@ -15,6 +15,7 @@ class FileHandle {
  public:
   uint64_t ino = 0;
   bool writable = false;
+  bool saving = false;  // open for writing inside a step: counted in OpenWriters()
   std::unique_ptr<BackingFile> file;  // regular files
   std::string content;                // control files: a snapshot taken at open
   // Set when the file's data was not resident at open: reads fetch missing

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -355,6 +356,9 @@ class FileSystem {
   const FileSystemOptions& options() const { return options_; }
   // Counters for /.ckptfs/metrics; the commit coordinator records latency.
   FsMetrics& metrics() { return metrics_; }
+  // Files open for writing inside steps right now (the remote tier uploads
+  // with one stream while a trainer is saving, so it does not slow the save).
+  int OpenWriters() const { return open_writers_total_.load(std::memory_order_relaxed); }
 
  private:
   FileSystem(FileSystemOptions options, StepPattern pattern, std::unique_ptr<ManifestStore> manifest,
@@ -495,6 +499,7 @@ class FileSystem {
   uint64_t fsyncdir_seq_ = 0;  // GUARDED_BY(mu_)
 
   FsMetrics metrics_;
+  std::atomic<int> open_writers_total_{0};
 
   // Remote tier state (filesystem_tiering.cc).
   TierHooks* tier_ = nullptr;

@@ -68,6 +68,8 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
   inode->last_access_ns = clock_->MonotonicNanos();
   if (fh->writable) {
     inode->open_writers++;
+    fh->saving = StepOf(ino) != 0;
+    if (fh->saving) open_writers_total_++;
     NoteActivity(ino);
   }
   return Opened{fh.release(), inode->rec.sealed, false};
@@ -92,7 +94,11 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   fh->writable = WantsWrite(flags);
   fh->file = std::move(file).value();
   (*inode)->open_handles++;
-  if (fh->writable) (*inode)->open_writers++;
+  if (fh->writable) {
+    (*inode)->open_writers++;
+    fh->saving = StepOf(parent) != 0;
+    if (fh->saving) open_writers_total_++;
+  }
   Entry e = MakeEntry(*inode);
   return std::make_pair(e, Opened{fh.release(), false, false});
 }
@@ -179,6 +185,7 @@ Status FileSystem::Release(FileHandle* fh) {
   std::unique_ptr<FileHandle> owned(fh);
   if (!fh->file) return Status::Ok();  // control files
   fh->file.reset();
+  if (fh->saving) open_writers_total_--;
   std::lock_guard<std::mutex> lock(mu_);
   Inode* inode = Find(fh->ino);
   if (!inode) return Status::Ok();

@@ -183,6 +183,7 @@ void RemoteTier::ControlLoop() {
         import_delay = std::min(import_delay * 2, options_.retry_max_ns);
       }
     }
+    MarkFetchedFilesResident();
     (void)PersistSteps();
     bool gc_due;
     {
@@ -227,6 +228,7 @@ Status RemoteTier::RunOnceForTest() {
     std::lock_guard<std::mutex> lock(mu_);
     retry_after_.clear();
   }
+  MarkFetchedFilesResident();
   if (Status st = PersistSteps(); !st.ok() && first.ok()) first = st;
   if (Status st = DeleteRemoteGarbage(); !st.ok() && first.ok()) first = st;
   RecomputeCacheUse();

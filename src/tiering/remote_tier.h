@@ -45,8 +45,8 @@ struct RemoteTierOptions {
   int parts_per_file = 4;                // parts of one file in flight at once
   uint64_t min_part_size = 8ULL << 20;   // grows so any file fits in 10,000 parts
   uint64_t fetch_chunk = 8ULL << 20;     // unit of ranged GETs and of the presence map
-  int readahead_chunks = 8;              // fetched ahead of a sequential reader
-  int fetch_threads = 8;
+  int readahead_chunks = 16;             // fetched ahead of a sequential reader (128 MiB)
+  int fetch_threads = 12;
   uint64_t cache_size = 0;               // 0 = unlimited
   int64_t cache_full_wait_ns = 60LL * 1'000'000'000;
   // A failed upload or deletion is tried again after a delay that doubles
@@ -120,13 +120,16 @@ class RemoteTier : public TierHooks {
     std::vector<uint8_t> chunks;  // kAbsent, kFetching, kPresent
     uint64_t present_bytes = 0;
     uint64_t last_chunk = 0;  // the last chunk a read touched (sequential detection)
-    bool complete_reported = false;
+    bool complete_queued = false;    // every chunk present; waiting for the control thread
+    bool complete_reported = false;  // marked resident in the manifest
   };
   enum : uint8_t { kAbsent = 0, kFetching = 1, kPresent = 2 };
   Status FetchChunk(uint64_t ino, const std::string& key, uint64_t size, BackingFile* file,
                     uint64_t chunk);
   void FetchLoop();
-  void MaybeMarkResident(uint64_t ino, BackingFile* file);
+  // Queues a fully fetched file for MarkFetchedFilesResident (control thread).
+  void MaybeMarkResident(uint64_t ino);
+  void MarkFetchedFilesResident();
 
   FileSystem* const fs_;
   std::unique_ptr<ObjectStore> store_;
@@ -175,6 +178,7 @@ class RemoteTier : public TierHooks {
   };
   std::deque<ReadAhead> readahead_;   // GUARDED_BY(fetch_mu_)
   bool fetch_stopping_ = false;       // GUARDED_BY(fetch_mu_)
+  std::vector<uint64_t> complete_;    // GUARDED_BY(fetch_mu_) fully fetched, not yet resident
 
   SystemClock clock_;
   std::atomic<bool> started_{false};  // threads run: read-ahead has takers

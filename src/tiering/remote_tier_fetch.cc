@@ -58,19 +58,34 @@ Status RemoteTier::FetchChunk(uint64_t ino, const std::string& key, uint64_t siz
   return Status::Ok();
 }
 
-void RemoteTier::MaybeMarkResident(uint64_t ino, BackingFile* file) {
+void RemoteTier::MaybeMarkResident(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(fetch_mu_);
+  auto it = presence_.find(ino);
+  if (it == presence_.end() || it->second.complete_reported || it->second.complete_queued) return;
+  for (uint8_t c : it->second.chunks) {
+    if (c != kPresent) return;
+  }
+  // The fsync that makes it resident runs on the control thread: a reader
+  // must not wait for the disk to flush what it just fetched.
+  it->second.complete_queued = true;
+  complete_.push_back(ino);
+}
+
+void RemoteTier::MarkFetchedFilesResident() {
+  std::vector<uint64_t> inos;
   {
     std::lock_guard<std::mutex> lock(fetch_mu_);
-    auto it = presence_.find(ino);
-    if (it == presence_.end() || it->second.complete_reported) return;
-    for (uint8_t c : it->second.chunks) {
-      if (c != kPresent) return;
-    }
-    it->second.complete_reported = true;
+    inos.swap(complete_);
   }
-  if (!fs_->MarkResident(ino, file).ok()) {
+  for (uint64_t ino : inos) {
+    auto file = fs_->data()->Open(ino, /*create=*/false);
+    Status st = file.ok() ? fs_->MarkResident(ino, file->get()) : file.status();
     std::lock_guard<std::mutex> lock(fetch_mu_);
-    if (auto it = presence_.find(ino); it != presence_.end()) it->second.complete_reported = false;
+    auto it = presence_.find(ino);
+    if (it == presence_.end()) continue;  // evicted or deleted meanwhile
+    it->second.complete_queued = false;
+    // Once resident, the file's bytes count as resident bytes, not fetched.
+    if (st.ok()) it->second.complete_reported = true;
   }
 }
 
@@ -148,7 +163,7 @@ Status RemoteTier::EnsureLocal(uint64_t ino, const std::string& key, uint64_t si
     if (!retry) break;
     if (attempt >= 1) return Status::Error(EIO, "reading " + key + " from the remote failed");
   }
-  MaybeMarkResident(ino, file);
+  MaybeMarkResident(ino);
   return Status::Ok();
 }
 
@@ -172,9 +187,7 @@ void RemoteTier::FetchLoop() {
       fetch_cv_.notify_all();
       continue;
     }
-    if (FetchChunk(job.ino, job.key, job.size, file->get(), job.chunk).ok()) {
-      MaybeMarkResident(job.ino, file->get());
-    }
+    if (FetchChunk(job.ino, job.key, job.size, file->get(), job.chunk).ok()) MaybeMarkResident(job.ino);
   }
 }
 

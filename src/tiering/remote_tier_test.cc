@@ -312,7 +312,9 @@ TEST_F(RemoteTierTest, AColdMountShowsPersistedStepsAndReadsThemThrough) {
   // Sealed like any committed step, and importing again changes nothing.
   EXPECT_EQ(c.OpenFile(shard->ino, O_WRONLY).err(), EROFS);
   EXPECT_EQ(*tier.ImportPersistedSteps(), 0u);
-  // Fully fetched: resident now, and it survives a restart without the remote.
+  // Fully fetched: resident after the control pass, and it survives a
+  // restart without the remote.
+  ASSERT_TRUE(tier.RunOnceForTest().ok());
   cold.fs().SetTierHooks(nullptr);
   cold.CleanRestart();
   auto again = cold.fs().Lookup(cold.fs().Lookup(kRootIno, "exp")->ino, "step100");

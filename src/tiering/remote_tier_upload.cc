@@ -42,7 +42,19 @@ void RemoteTier::UploadLoop() {
       uploads_pending_ = false;
     }
     FileSystem::UploadJob job;
-    while (TakeUpload(&job)) {
+    for (;;) {
+      // While a trainer is writing, one file uploads at a time: the save
+      // must run at local-disk speed (SPEC section 4); the rest of the
+      // workers join as soon as no file is open for writing.
+      if (fs_->OpenWriters() > 0) {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (stopping_) return;
+        if (uploading_.size() >= 1) {
+          work_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping_; });
+          continue;
+        }
+      }
+      if (!TakeUpload(&job)) break;
       Status st = Upload(job);
       UploadFinished(job.ino, st, job.size);
       std::lock_guard<std::mutex> lock(mu_);
