@@ -359,6 +359,9 @@ class FileSystem {
   // Files open for writing inside steps right now (the remote tier uploads
   // with one stream while a trainer is saving, so it does not slow the save).
   int OpenWriters() const { return open_writers_total_.load(std::memory_order_relaxed); }
+  // When a file inside a step was last opened or closed for writing
+  // (monotonic ns): a trainer between two files is still saving.
+  int64_t LastSaveActivityNs() const { return last_save_activity_ns_.load(std::memory_order_relaxed); }
 
  private:
   FileSystem(FileSystemOptions options, StepPattern pattern, std::unique_ptr<ManifestStore> manifest,
@@ -500,6 +503,7 @@ class FileSystem {
 
   FsMetrics metrics_;
   std::atomic<int> open_writers_total_{0};
+  std::atomic<int64_t> last_save_activity_ns_{0};
 
   // Remote tier state (filesystem_tiering.cc).
   TierHooks* tier_ = nullptr;

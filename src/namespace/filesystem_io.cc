@@ -69,7 +69,10 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
   if (fh->writable) {
     inode->open_writers++;
     fh->saving = StepOf(ino) != 0;
-    if (fh->saving) open_writers_total_++;
+    if (fh->saving) {
+      open_writers_total_++;
+      last_save_activity_ns_ = clock_->MonotonicNanos();
+    }
     NoteActivity(ino);
   }
   return Opened{fh.release(), inode->rec.sealed, false};
@@ -97,7 +100,10 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   if (fh->writable) {
     (*inode)->open_writers++;
     fh->saving = StepOf(parent) != 0;
-    if (fh->saving) open_writers_total_++;
+    if (fh->saving) {
+      open_writers_total_++;
+      last_save_activity_ns_ = clock_->MonotonicNanos();
+    }
   }
   Entry e = MakeEntry(*inode);
   return std::make_pair(e, Opened{fh.release(), false, false});
@@ -185,7 +191,10 @@ Status FileSystem::Release(FileHandle* fh) {
   std::unique_ptr<FileHandle> owned(fh);
   if (!fh->file) return Status::Ok();  // control files
   fh->file.reset();
-  if (fh->saving) open_writers_total_--;
+  if (fh->saving) {
+    open_writers_total_--;
+    last_save_activity_ns_ = clock_->MonotonicNanos();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Inode* inode = Find(fh->ino);
   if (!inode) return Status::Ok();

@@ -54,6 +54,11 @@ struct RemoteTierOptions {
   int64_t retry_min_ns = 1LL * 1'000'000'000;
   int64_t retry_max_ns = 30LL * 1'000'000'000;
   int64_t control_interval_ns = 200LL * 1'000'000;
+  // Uploads give way to a save in progress: none start while files in steps
+  // are open for writing or were closed less than save_quiet ago, unless the
+  // save has gone on for save_grace (then one stream runs).
+  int64_t save_quiet_ns = 300LL * 1'000'000;
+  int64_t save_grace_ns = 10LL * 1'000'000'000;
 };
 
 // Part size for an object of `size` bytes: at least min_part, a multiple of
@@ -99,6 +104,8 @@ class RemoteTier : public TierHooks {
   void UploadLoop();
   // Takes the next job not taken by another worker; false when none.
   bool TakeUpload(FileSystem::UploadJob* job, const std::set<uint64_t>& also_skip = {});
+  // How many uploads may run now (fewer while a save is in progress).
+  size_t UploadsAllowedNow();
   Status Upload(const FileSystem::UploadJob& job);
   Status UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, uint32_t* crc);
   Status ReadForUpload(const FileSystem::UploadJob& job, BackingFile* file, uint64_t offset,
@@ -159,6 +166,7 @@ class RemoteTier : public TierHooks {
   uint64_t evictions_ = 0;                          // GUARDED_BY(mu_)
   uint64_t space_waiters_ = 0;                      // GUARDED_BY(mu_)
   uint64_t space_wanted_ = 0;                       // GUARDED_BY(mu_) bytes the waiters need
+  int64_t saving_since_ = 0;                        // GUARDED_BY(mu_) monotonic ns, 0 = no save
 
   std::mutex key_mu_;  // remote deletions vs uploads of the same key
   std::condition_variable key_cv_;

@@ -43,13 +43,10 @@ void RemoteTier::UploadLoop() {
     }
     FileSystem::UploadJob job;
     for (;;) {
-      // While a trainer is writing, one file uploads at a time: the save
-      // must run at local-disk speed (SPEC section 4); the rest of the
-      // workers join as soon as no file is open for writing.
-      if (fs_->OpenWriters() > 0) {
+      if (size_t allowed = UploadsAllowedNow(); allowed < static_cast<size_t>(options_.upload_files)) {
         std::unique_lock<std::mutex> lock(mu_);
         if (stopping_) return;
-        if (uploading_.size() >= 1) {
+        if (uploading_.size() >= allowed) {
           work_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping_; });
           continue;
         }
@@ -61,6 +58,23 @@ void RemoteTier::UploadLoop() {
       if (stopping_) return;
     }
   }
+}
+
+size_t RemoteTier::UploadsAllowedNow() {
+  // The trainer's save comes first (SPEC section 4: saves at local-disk
+  // speed): while files in steps are being written, and for a short quiet
+  // period after the last one closed (a trainer between two files is still
+  // saving), no new upload starts. A save that goes on for longer than
+  // save_grace gets one upload stream, so uploads are never starved.
+  const int64_t now = clock_.MonotonicNanos();
+  const bool saving = fs_->OpenWriters() > 0 || now - fs_->LastSaveActivityNs() < options_.save_quiet_ns;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!saving) {
+    saving_since_ = 0;
+    return static_cast<size_t>(options_.upload_files);
+  }
+  if (saving_since_ == 0) saving_since_ = now;
+  return now - saving_since_ < options_.save_grace_ns ? 0 : 1;
 }
 
 void RemoteTier::UploadFinished(uint64_t ino, const Status& st, uint64_t bytes) {
