@@ -447,6 +447,8 @@ class FileSystem {
   Status ValidateXattr(Inode* inode, const std::string& name, const std::string& value);
 
   // Remote tier helpers (filesystem_tiering.cc); REQUIRES: mu_ held.
+  // EPERM for the commit object's name directly in a step (with a remote).
+  Status CheckNotReserved(uint64_t parent, const std::string& name) const;
   void LoadTierState(Status* decode_error);
   // Queues an upload of the file's current contents (no-op without a remote
   // or outside steps).

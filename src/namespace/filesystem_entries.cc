@@ -21,6 +21,7 @@ Result<Inode*> FileSystem::PrepareNewEntry(std::unique_lock<std::mutex>& lock, u
   if (!dir.ok()) return dir.status();
   CKPTFS_RETURN_IF_ERROR(CheckName(name));
   CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
+  CKPTFS_RETURN_IF_ERROR(CheckNotReserved(parent, name));
   if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
     return Status::Error(EEXIST, name + " exists");
   }
@@ -224,6 +225,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   auto dst_dir = FindDir(new_parent);
   if (!dst_dir.ok()) return dst_dir.status();
   CKPTFS_RETURN_IF_ERROR(CheckName(new_name));
+  CKPTFS_RETURN_IF_ERROR(CheckNotReserved(new_parent, new_name));
   auto sit = (*src_dir)->children.find(name);
   if (sit == (*src_dir)->children.end()) {
     if ((parent == kRootIno && name == kControlDirName) ||

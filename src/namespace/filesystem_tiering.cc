@@ -20,6 +20,16 @@ bool SameVersion(const Inode& inode, uint64_t size, int64_t mtime_ns) {
 
 }  // namespace
 
+Status FileSystem::CheckNotReserved(uint64_t parent, const std::string& name) const {
+  // The commit object's key is <step>/.ckptfs-commit.json: a file of that
+  // name directly in a step would be overwritten by it in the remote.
+  if (options_.remote && name == kCommitObjectName && steps_.count(parent)) {
+    return Status::Error(EPERM, std::string(kCommitObjectName) +
+                                    " is reserved in steps for ckptfs's commit object in the remote");
+  }
+  return Status::Ok();
+}
+
 void FileSystem::SetTierHooks(TierHooks* hooks) {
   std::lock_guard<std::mutex> lock(mu_);
   tier_ = hooks;

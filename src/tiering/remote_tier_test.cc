@@ -410,6 +410,16 @@ TEST_F(RemoteTierTest, ANewFileAtAnOldPathIsNotDeletedWithTheOldOne) {
   EXPECT_EQ(Object("step1/f"), "new");
 }
 
+TEST_F(RemoteTierTest, TheCommitObjectsNameIsReservedInSteps) {
+  FileSystem& fs = env_.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step1");
+  EXPECT_EQ(fs.Create(kRoot, step, ".ckptfs-commit.json", 0644, O_WRONLY).err(), EPERM);
+  WriteFile(fs, step, "x", "1");
+  EXPECT_EQ(fs.Rename(step, "x", step, ".ckptfs-commit.json", 0).err(), EPERM);
+  const uint64_t sub = Mkdir(fs, step, "sub");  // only directly in the step
+  WriteFile(fs, sub, ".ckptfs-commit.json", "fine");
+}
+
 TEST(PartSize, FitsTenThousandParts) {
   EXPECT_EQ(PartSizeFor(1, 8 * kMiB), 8 * kMiB);
   EXPECT_EQ(PartSizeFor(80 * kMiB * 1000, 8 * kMiB), 8 * kMiB);
