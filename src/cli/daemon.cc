@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fastpath/fast_path_server.h"
 #include "fuse/fuse_ops.h"
 
 namespace ckptfs {
@@ -75,6 +76,19 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   d->fs_->SetInvalidateInode([se](uint64_t ino) {
     (void)fuse_lowlevel_notify_inval_inode(se, ino, 0, 0);  // whole page cache
   });
+  // The writer library's fast path is an extra: a daemon that cannot serve
+  // it (socket path too long, taken) still mounts, and clients fall back to
+  // writing through FUSE.
+  if (!options.writer_socket_off) {
+    auto server = FastPathServer::Start(options.writer_socket, d->fs_.get());
+    if (server.ok()) {
+      d->fast_path_ = std::move(server).value();
+      d->fs_->SetWriterSocket(options.writer_socket);
+    } else {
+      std::fprintf(stderr, "ckptfs: warning: writer fast path off: %s (use --writer-socket PATH)\n",
+                   server.status().message().c_str());
+    }
+  }
   d->events_->Append({{"event", "mount"},
                       {"mountpoint", options.mountpoint},
                       {"cache", options.cache_dir},
@@ -97,6 +111,10 @@ int Daemon::Run() {
 }
 
 Daemon::~Daemon() {
+  // Writer clients first: their open files are released while the
+  // filesystem is whole.
+  if (fs_) fs_->SetWriterSocket("");
+  fast_path_.reset();
   // The coordinator first: its threads use the session for invalidations.
   coordinator_.reset();
   if (fs_) {

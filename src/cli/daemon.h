@@ -17,6 +17,8 @@ struct fuse_session;
 
 namespace ckptfs {
 
+class FastPathServer;
+
 class Daemon {
  public:
   // Everything up to a ready mount; on error nothing stays mounted.
@@ -37,6 +39,7 @@ class Daemon {
   std::unique_ptr<FileSystem> fs_;
   std::unique_ptr<CommitCoordinator> coordinator_;
   std::unique_ptr<RemoteTier> tier_;  // with --remote
+  std::unique_ptr<FastPathServer> fast_path_;  // unless --writer-socket none
   fuse_session* session_ = nullptr;
   bool mounted_ = false;
   bool signals_set_ = false;

@@ -43,6 +43,10 @@ const char* const kMountUsage =
     "  --cache-full-wait SECONDS  how long a write waits for room before ENOSPC (default 60)\n"
     "  --upload-parallel N    files uploaded at once (default 8)\n"
     "\n"
+    "writer library (libckptfs-writer writes backing files directly, SPEC section 7):\n"
+    "  --writer-socket PATH|none  its Unix socket (default CACHE/writer.sock); none turns\n"
+    "                         the fast path off (the library then writes through FUSE)\n"
+    "\n"
     "retention defaults for every run directory (override per run with\n"
     "setfattr -n user.ckptfs.keep_last -v 3 RUN_DIR; default: keep everything):\n"
     "  --keep-last N          keep the N newest committed steps\n"
@@ -117,7 +121,7 @@ Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text)
 Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
-    kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel,
+    kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -140,6 +144,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"cache-size", required_argument, nullptr, kCacheSize},
       {"cache-full-wait", required_argument, nullptr, kCacheFullWait},
       {"upload-parallel", required_argument, nullptr, kUploadParallel},
+      {"writer-socket", required_argument, nullptr, kWriterSocket},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -237,6 +242,15 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         o.tier.upload_files = static_cast<int>(n);
         break;
       }
+      case kWriterSocket:
+        if (std::string(optarg) == "none") {
+          o.writer_socket_off = true;
+        } else if (optarg[0] != '/') {
+          return Status::Error(EINVAL, std::string("--writer-socket takes an absolute path or 'none', not '") + optarg + "'");
+        } else {
+          o.writer_socket = optarg;
+        }
+        break;
       case 'h':
         return Status::Error(EAGAIN, kMountUsage);  // the caller prints usage, exits 0
       case ':':
@@ -309,6 +323,7 @@ Status CheckMountTargets(MountOptions* o) {
   unlink(probe.c_str());
   o->fs.mountpoint = o->mountpoint;
   o->fs.cache_dir = o->cache_dir;
+  if (!o->writer_socket_off && o->writer_socket.empty()) o->writer_socket = o->cache_dir + "/writer.sock";
   return Status::Ok();
 }
 

@@ -25,6 +25,10 @@ struct MountOptions {
   FileSystemOptions fs;
   RemoteSpec remote;  // url empty: local only
   RemoteTierOptions tier;
+  // The writer library's socket (--writer-socket); "" = the default,
+  // <cache>/writer.sock. writer_socket_off: --writer-socket none.
+  std::string writer_socket;
+  bool writer_socket_off = false;
 };
 
 // "100G", "512MiB", "1.5T", "4096": binary units (K = 1024).

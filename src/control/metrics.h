@@ -50,6 +50,9 @@ struct FsMetrics {
   std::atomic<uint64_t> commits_failed{0};
   std::atomic<uint64_t> steps_broken{0};
   std::atomic<uint64_t> retention_removals{0};
+  // Files and bytes written by writer-library clients around FUSE.
+  std::atomic<uint64_t> writer_fastpath_bytes{0};
+  std::atomic<uint64_t> writer_fastpath_files{0};
   // Commit latency: from the coordinator taking the step to the synced batch.
   Histogram commit_seconds{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60}};
 };

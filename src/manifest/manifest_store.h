@@ -27,6 +27,7 @@ enum class KeySpace : int {
   kUploads,    // ino -> UploadRecord : files whose contents must reach the remote
   kObjects,    // ino -> ObjectRecord : files whose contents the remote holds
   kRemoteGc,   // RemoteGcKey -> "" : remote objects still to delete
+  kChecksums,  // ino -> ChecksumRecord : size and CRC32C a fast-path writer reported
   kCount,
 };
 

@@ -322,6 +322,26 @@ Result<UploadRecord> DecodeUpload(std::string_view value) {
   return rec;
 }
 
+std::string EncodeChecksum(const ChecksumRecord& rec) {
+  Encoder e(24);
+  e.U8(kRecordVersion);
+  e.U64(rec.size);
+  e.U64(static_cast<uint64_t>(rec.mtime_ns));
+  e.U32(rec.crc32c);
+  return std::move(e).Finish();
+}
+
+Result<ChecksumRecord> DecodeChecksum(std::string_view value) {
+  Decoder d(value);
+  ChecksumRecord rec;
+  d.Version();
+  rec.size = d.U64();
+  rec.mtime_ns = static_cast<int64_t>(d.U64());
+  rec.crc32c = d.U32();
+  if (!d.Done()) return Corrupt("checksum");
+  return rec;
+}
+
 std::string RemoteGcKey(std::string_view object_key, bool commit_object) {
   std::string key(1, commit_object ? kRemoteGcCommitPrefix : kRemoteGcDataPrefix);
   key.append(object_key);

@@ -100,6 +100,18 @@ struct UploadRecord {
   bool operator==(const UploadRecord&) const = default;
 };
 
+// The size and CRC32C a writer-library client reported when it closed the
+// file (KeySpace::kChecksums), for the version (size, mtime) the file had
+// then. A file written again afterwards has another version: the record no
+// longer describes it and is ignored.
+struct ChecksumRecord {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint32_t crc32c = 0;
+
+  bool operator==(const ChecksumRecord&) const = default;
+};
+
 // Keys.
 std::string InoKey(uint64_t ino);
 Result<uint64_t> DecodeInoKey(std::string_view key);
@@ -121,6 +133,8 @@ std::string EncodeObject(const ObjectRecord& rec);
 Result<ObjectRecord> DecodeObject(std::string_view value);
 std::string EncodeUpload(const UploadRecord& rec);
 Result<UploadRecord> DecodeUpload(std::string_view value);
+std::string EncodeChecksum(const ChecksumRecord& rec);
+Result<ChecksumRecord> DecodeChecksum(std::string_view value);
 
 // Keys of the remote GC queue (KeySpace::kRemoteGc): commit objects sort
 // before data objects, so a step's commit object is always deleted first and

@@ -149,6 +149,11 @@ TEST(RecordsTest, ObjectAndUploadRecordsRoundTrip) {
   EXPECT_LT(RemoteGcKey("z", true), RemoteGcKey("a", false));  // commit objects first
 }
 
+TEST(RecordsTest, ChecksumRecordRoundTrips) {
+  ChecksumRecord rec{(1ULL << 42) + 1, -7, 0xe3069283};
+  EXPECT_EQ(*DecodeChecksum(EncodeChecksum(rec)), rec);
+}
+
 TEST(RecordsTest, StepEphemeralFlagRoundTrips) {
   StepRecord rec = SampleStep();
   rec.ephemeral = true;
@@ -234,6 +239,7 @@ TEST(RecordsTest, TruncatedOrExtendedValuesAreCorrupt) {
   ObjectRecord object{"run/step1/f", 123, 456, 0xabcdef01, false};
   ExpectTruncationsAndExtensionsFail(EncodeObject(object), DecodeObject);
   ExpectTruncationsAndExtensionsFail(EncodeUpload(UploadRecord{7, 8, "id", "k"}), DecodeUpload);
+  ExpectTruncationsAndExtensionsFail(EncodeChecksum(ChecksumRecord{1, 2, 3}), DecodeChecksum);
   EXPECT_NE(DecodeStep("").status().message().find("corrupt step record"), std::string::npos);
   EXPECT_NE(DecodeInode("\x01").status().message().find("corrupt inode record"),
             std::string::npos);

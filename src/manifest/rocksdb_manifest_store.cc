@@ -32,6 +32,8 @@ const char* KeySpaceName(KeySpace space) {
       return "objects";
     case KeySpace::kRemoteGc:
       return "remote_gc";
+    case KeySpace::kChecksums:
+      return "checksums";
     case KeySpace::kCount:
       break;
   }

@@ -353,6 +353,36 @@ class FileSystem {
     uint64_t files_total = 0;
   };
 
+  // --- writer library fast path (filesystem_fast_path.cc)
+  // Who asks, from the socket's peer credentials (SO_PEERCRED, SO_PEERGROUPS).
+  struct FastPathCaller {
+    uint32_t uid = 0;
+    uint32_t gid = 0;
+    std::vector<uint32_t> groups;  // supplementary
+  };
+  // A file opened for a writer-library client: fh counts as a FUSE open for
+  // writing (commit waits, uploads wait) until Release; fd is a descriptor
+  // of the backing file, owned by the caller, to pass to the client.
+  struct FastPathFile {
+    FileHandle* fh = nullptr;
+    int fd = -1;
+    uint64_t ino = 0;
+  };
+  // The socket the daemon serves the fast path on, shown to clients as the
+  // root's user.ckptfs.writer_socket xattr ("" = none).
+  void SetWriterSocket(const std::string& path);
+  // Creates or truncates the file at path (relative to the mount root, no
+  // "." or ".." names) with the kernel's permission checks for who; mode is
+  // the new file's permissions (the client's umask applied).
+  Result<FastPathFile> OpenForFastPath(const FastPathCaller& who, const std::string& path, uint32_t mode);
+  // The client wrote size bytes with this CRC32C and synced them: checks the
+  // backing file's size, records size and checksum (synced), and drops the
+  // kernel's cached pages and attributes. The caller then calls Release(fh).
+  Status FinishFastPath(FileHandle* fh, uint64_t size, uint32_t crc32c);
+  // The client went away without closing: the file takes the size its
+  // backing file has, with no checksum. The caller then calls Release(fh).
+  Status AbandonFastPath(FileHandle* fh);
+
   const FileSystemOptions& options() const { return options_; }
   // Counters for /.ckptfs/metrics; the commit coordinator records latency.
   FsMetrics& metrics() { return metrics_; }
@@ -453,7 +483,8 @@ class FileSystem {
   // Queues an upload of the file's current contents (no-op without a remote
   // or outside steps).
   void QueueUploadLocked(Inode* inode, ManifestBatch* batch);
-  // The file's data is going away: its object and queued upload too.
+  // The file's data is going away: its object, queued upload and recorded
+  // checksum too.
   void ForgetObjectLocked(Inode* inode, ManifestBatch* batch);
   // Queues a remote object for deletion unless a live file's object uses it.
   void QueueRemoteDeleteLocked(const std::string& key, bool commit_object, ManifestBatch* batch);
@@ -466,6 +497,14 @@ class FileSystem {
   void NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std::string>>& moved,
                             ManifestBatch* batch);
   bool ObjectIsCurrent(const Inode& inode, const std::string& path) const;
+
+  // Fast-path helpers (filesystem_fast_path.cc); REQUIRES: mu_ held.
+  void LoadChecksums(Status* decode_error);
+  void ForgetChecksumLocked(Inode* inode, ManifestBatch* batch);
+  // user.ckptfs.writer_socket (root) and user.ckptfs.crc32c (files written
+  // through the fast path, while the checksum describes them).
+  std::optional<std::string> FastPathXattr(const Inode& inode, const std::string& name) const;
+  void FastPathXattrNames(const Inode& inode, std::vector<std::string>* names) const;
   UploadProgress ProgressLocked(uint64_t step_ino);
   void CollectTree(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete);
 
@@ -501,6 +540,7 @@ class FileSystem {
   InvalidateEntryFn invalidate_entry_;
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_;  // GUARDED_BY(mu_)
   InvalidateInodeFn invalidate_inode_;
+  std::string writer_socket_;  // GUARDED_BY(mu_)
   uint64_t fsyncdir_seq_ = 0;  // GUARDED_BY(mu_)
 
   FsMetrics metrics_;

@@ -81,6 +81,7 @@ Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) 
   if (!Find(ino)) return Status::Error(ENOENT, "no such inode");
   if (auto v = StepXattr(ino, name)) return *v;
   Inode* inode = Find(ino);
+  if (auto v = FastPathXattr(*inode, name)) return *v;
   if (name == kPlanXattr && inode->is_dir()) {
     std::string out;
     for (const StepDecision& d : PlanLocked(inode)) {
@@ -113,6 +114,7 @@ Result<std::vector<std::string>> FileSystem::ListXattr(uint64_t ino) {
     }
     if (options_.remote) names.push_back("user.ckptfs.persisted");
   }
+  FastPathXattrNames(*inode, &names);
   for (const auto& [name, value] : inode->xattrs) names.push_back(name);
   return names;
 }

@@ -15,6 +15,11 @@ std::string FileSystem::RenderMetricsLocked() {
           metrics_.fuse_bytes_written.load());
   counter("ckptfs_fuse_read_bytes_total", "Bytes asked for by reads through the FUSE mount.",
           metrics_.fuse_bytes_read.load());
+  counter("ckptfs_writer_fastpath_bytes_total",
+          "Bytes written by writer-library clients straight into backing files.",
+          metrics_.writer_fastpath_bytes.load());
+  counter("ckptfs_writer_fastpath_files_total", "Files closed by writer-library clients.",
+          metrics_.writer_fastpath_files.load());
   counter("ckptfs_commits_total", "Steps committed.", metrics_.commits.load());
   counter("ckptfs_commit_failures_total", "Commit attempts that failed (timed out waiting, I/O error).",
           metrics_.commits_failed.load());

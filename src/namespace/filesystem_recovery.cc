@@ -76,6 +76,7 @@ Status FileSystem::Load() {
     return true;
   }));
   if (decode_error.ok()) LoadTierState(&decode_error);
+  if (decode_error.ok()) LoadChecksums(&decode_error);
   return decode_error;
 }
 

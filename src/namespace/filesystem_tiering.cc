@@ -87,6 +87,7 @@ void FileSystem::QueueRemoteDeleteLocked(const std::string& key, bool commit_obj
 
 void FileSystem::ForgetObjectLocked(Inode* inode, ManifestBatch* batch) {
   if (!inode->is_reg()) return;
+  ForgetChecksumLocked(inode, batch);
   const uint64_t ino = inode->rec.ino;
   if (uploads_.erase(ino)) batch->Delete(KeySpace::kUploads, InoKey(ino));
   if (tier_) tier_->Forget(ino);

@@ -32,6 +32,8 @@ struct Inode {
 
   // Remote tier: the object holding this file's contents, when uploaded.
   std::optional<ObjectRecord> object;
+  // What a fast-path writer reported at close (KeySpace::kChecksums).
+  std::optional<ChecksumRecord> checksum;
   bool evicting = false;       // its backing file is being removed; opens wait
   int64_t last_access_ns = 0;  // monotonic; least recently used is evicted first
 

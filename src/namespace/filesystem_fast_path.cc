@@ -1,0 +1,241 @@
+// The namespace's side of the writer library's fast path (SPEC section 7):
+// a client process, identified by its socket's peer credentials, opens a
+// file by path for writing and gets a descriptor of the backing file; on
+// close it reports size and CRC32C, which are checked and recorded.
+//
+// The kernel checks permissions for FUSE requests (default_permissions);
+// these requests do not pass through the kernel, so the same checks are made
+// here: search permission on every directory of the path, write and search
+// on the parent to create, write on an existing file.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "namespace/file_handle.h"
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+namespace {
+
+constexpr const char* kWriterSocketXattr = "user.ckptfs.writer_socket";
+constexpr const char* kCrc32cXattr = "user.ckptfs.crc32c";
+
+// The permission bits of rec that apply to who (owner, group, or other), as
+// the kernel's generic_permission does; root may read and write anything
+// and search any directory.
+bool MayAccess(const InodeRecord& rec, const FileSystem::FastPathCaller& who, int mask) {
+  if (who.uid == 0) {
+    if (!(mask & X_OK)) return true;
+    return S_ISDIR(rec.mode) || (rec.mode & 0111) != 0;
+  }
+  uint32_t bits;
+  if (who.uid == rec.uid) {
+    bits = (rec.mode >> 6) & 7;
+  } else if (who.gid == rec.gid ||
+             std::find(who.groups.begin(), who.groups.end(), rec.gid) != who.groups.end()) {
+    bits = (rec.mode >> 3) & 7;
+  } else {
+    bits = rec.mode & 7;
+  }
+  return (bits & static_cast<uint32_t>(mask)) == static_cast<uint32_t>(mask);
+}
+
+// Splits a path relative to the mount root into its names; EINVAL for an
+// empty path, an absolute one, or one with empty, "." or ".." components
+// (the library sends a normalized path).
+Result<std::vector<std::string>> SplitRelativePath(const std::string& path) {
+  if (path.empty() || path.front() == '/') {
+    return Status::Error(EINVAL, "fast path: expected a path relative to the mount root, got '" + path + "'");
+  }
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string name = path.substr(start, end - start);
+    if (name.empty() || name == "." || name == "..") {
+      return Status::Error(EINVAL, "fast path: path '" + path + "' is not normalized");
+    }
+    names.push_back(std::move(name));
+    start = end + 1;
+  }
+  return names;
+}
+
+std::string Hex8(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+}  // namespace
+
+void FileSystem::SetWriterSocket(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  writer_socket_ = path;
+}
+
+Result<FileSystem::FastPathFile> FileSystem::OpenForFastPath(const FastPathCaller& who,
+                                                             const std::string& path,
+                                                             uint32_t mode) {
+  auto names = SplitRelativePath(path);
+  if (!names.ok()) return names.status();
+  uint64_t parent = kRootIno;
+  uint64_t existing = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < names->size(); i++) {
+      const std::string& name = (*names)[i];
+      Inode* dir = Find(parent);
+      if (!dir || !dir->is_dir()) return Status::Error(ENOTDIR, "fast path: a component of '" + path + "' is not a directory");
+      if (!MayAccess(dir->rec, who, X_OK)) {
+        return Status::Error(EACCES, "fast path: no search permission on a directory of '" + path + "'");
+      }
+      if (parent == kRootIno && name == kControlDirName) {
+        return Status::Error(EROFS, "fast path: .ckptfs is read-only");
+      }
+      auto child = dir->children.find(name);
+      const bool last = i + 1 == names->size();
+      if (child == dir->children.end()) {
+        if (!last) return Status::Error(ENOENT, "fast path: no directory " + name + " in '" + path + "'");
+        if (!MayAccess(dir->rec, who, W_OK | X_OK)) {
+          return Status::Error(EACCES, "fast path: no permission to create files in the directory of '" + path + "'");
+        }
+        break;
+      }
+      if (!last) {
+        parent = child->second.ino;
+        continue;
+      }
+      Inode* file = Find(child->second.ino);
+      if (!file) return Status::Error(ENOENT, "fast path: '" + path + "' vanished");
+      if (file->is_dir()) return Status::Error(EISDIR, "fast path: '" + path + "' is a directory");
+      if (!file->is_reg()) return Status::Error(EINVAL, "fast path: '" + path + "' is not a regular file");
+      if (!MayAccess(file->rec, who, W_OK)) {
+        return Status::Error(EACCES, "fast path: no permission to write '" + path + "'");
+      }
+      existing = file->rec.ino;
+    }
+  }
+
+  Opened opened;
+  if (existing) {
+    auto o = OpenFile(existing, O_WRONLY | O_TRUNC);
+    if (!o.ok()) return o.status();
+    opened = *o;
+  } else {
+    auto created = Create(Caller{who.uid, who.gid}, parent, names->back(), mode & 07777, O_WRONLY);
+    if (created.err() == EEXIST) return OpenForFastPath(who, path, mode);  // raced with a creator
+    if (!created.ok()) return created.status();
+    opened = created->second;
+    // Create took a kernel lookup reference for the entry it returns; this
+    // client is not the kernel and will never send the matching forget.
+    Forget(created->first.ino, 1);
+  }
+  FileHandle* fh = opened.fh;
+  // The client gets a descriptor of its own (its own file description), so
+  // the O_DIRECT it sets does not change ours.
+  auto own = data_->Open(fh->ino, /*create=*/false);
+  int fd = -1;
+  if (own.ok() && (*own)->fd() >= 0) fd = fcntl((*own)->fd(), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    (void)Release(fh);
+    if (!own.ok()) return own.status().Annotate("fast path: opening the backing file");
+    return Status::Error(ENOTSUP, "fast path: the data store has no file descriptors to hand out");
+  }
+  return FastPathFile{fh, fd, fh->ino};
+}
+
+Status FileSystem::FinishFastPath(FileHandle* fh, uint64_t size, uint32_t crc32c) {
+  auto actual = fh->file->Size();
+  if (!actual.ok()) return actual.status().Annotate("fast path: size of the backing file");
+  if (*actual != size) {
+    return Status::Error(EIO, "fast path: the writer reported " + std::to_string(size) +
+                                  " bytes but the file holds " + std::to_string(*actual));
+  }
+  InvalidateInodeFn invalidate;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+    Inode* inode = Find(fh->ino);
+    if (!inode) return Status::Error(ENOENT, "fast path: the file was removed");
+    inode->rec.size = size;
+    inode->rec.mtime = inode->rec.ctime = clock_->Now();
+    inode->dirty = false;
+    inode->checksum = ChecksumRecord{size, TimespecToNanos(inode->rec.mtime), crc32c};
+    ManifestBatch batch;
+    PutInode(*inode, &batch);
+    if (inode->rec.nlink > 0) batch.Put(KeySpace::kChecksums, InoKey(fh->ino), EncodeChecksum(*inode->checksum));
+    NoteActivity(fh->ino);
+    // Synced: when the client's close returns, size and checksum are recorded.
+    CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
+    metrics_.writer_fastpath_bytes += size;
+    metrics_.writer_fastpath_files++;
+    invalidate = invalidate_inode_;
+  }
+  // Pages and attributes the kernel cached before the client wrote around
+  // FUSE are stale now.
+  if (invalidate) invalidate(fh->ino);
+  return Status::Ok();
+}
+
+Status FileSystem::AbandonFastPath(FileHandle* fh) {
+  auto actual = fh->file->Size();
+  if (!actual.ok()) return actual.status().Annotate("fast path: size of the backing file");
+  InvalidateInodeFn invalidate;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Inode* inode = Find(fh->ino);
+    if (!inode) return Status::Ok();
+    inode->rec.size = *actual;
+    inode->rec.mtime = inode->rec.ctime = clock_->Now();
+    inode->dirty = true;  // Release writes the record
+    invalidate = invalidate_inode_;
+  }
+  if (invalidate) invalidate(fh->ino);
+  return Status::Ok();
+}
+
+void FileSystem::LoadChecksums(Status* decode_error) {
+  Status st = manifest_->Scan(KeySpace::kChecksums, "", [&](std::string_view k, std::string_view v) {
+    auto ino = DecodeInoKey(k);
+    auto rec = DecodeChecksum(v);
+    if (!ino.ok() || !rec.ok()) {
+      *decode_error = ino.ok() ? rec.status() : ino.status();
+      return false;
+    }
+    if (Inode* inode = Find(*ino)) inode->checksum = *rec;
+    return true;
+  });
+  if (!st.ok()) *decode_error = st;
+}
+
+void FileSystem::ForgetChecksumLocked(Inode* inode, ManifestBatch* batch) {
+  if (!inode->checksum) return;
+  batch->Delete(KeySpace::kChecksums, InoKey(inode->rec.ino));
+  inode->checksum.reset();
+}
+
+std::optional<std::string> FileSystem::FastPathXattr(const Inode& inode, const std::string& name) const {
+  if (name == kWriterSocketXattr && inode.rec.ino == kRootIno && !writer_socket_.empty()) {
+    return writer_socket_;
+  }
+  // Only while it still describes the file: a later write through FUSE
+  // makes a new version the writer never checksummed.
+  if (name == kCrc32cXattr && inode.checksum && inode.checksum->size == inode.rec.size &&
+      inode.checksum->mtime_ns == TimespecToNanos(inode.rec.mtime)) {
+    return Hex8(inode.checksum->crc32c);
+  }
+  return std::nullopt;
+}
+
+void FileSystem::FastPathXattrNames(const Inode& inode, std::vector<std::string>* names) const {
+  for (const char* n : {kWriterSocketXattr, kCrc32cXattr}) {
+    if (FastPathXattr(inode, n)) names->push_back(n);
+  }
+}
+
+}  // namespace ckptfs
