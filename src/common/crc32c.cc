@@ -68,7 +68,53 @@ bool HasHardware() {
 }
 #endif
 
+// Polynomials over GF(2) modulo the CRC polynomial, in the reflected bit
+// order the CRC uses (x^0 is the top bit). Appending len_b bytes to a shifts
+// a's CRC by x^(8 len_b); the shift is a multiplication by x^(8 len_b) mod P,
+// built from the squares x^(2^k) by binary powering.
+uint32_t MultModP(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
+    if (a & m) product ^= b;
+    b = (b & 1) ? (b >> 1) ^ kPolyReflected : b >> 1;
+  }
+  return product;
+}
+
+using PowerTable = std::array<uint32_t, 64>;
+
+constexpr PowerTable MakePowers() {
+  PowerTable t{};
+  uint32_t p = 1u << 30;  // x^1
+  for (size_t k = 0; k < t.size(); k++) {
+    t[k] = p;  // x^(2^k)
+    // p = p * p mod P, as MultModP (constexpr-friendly copy of the loop).
+    uint32_t a = p, b = p, product = 0;
+    for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
+      if (a & m) product ^= b;
+      b = (b & 1) ? (b >> 1) ^ kPolyReflected : b >> 1;
+    }
+    p = product;
+  }
+  return t;
+}
+
+constexpr PowerTable kPowers = MakePowers();
+
+// x^(8 n) mod P.
+uint32_t ShiftForBytes(uint64_t n) {
+  uint32_t p = 1u << 31;  // x^0
+  for (size_t k = 3; n != 0 && k < kPowers.size(); n >>= 1, k++) {
+    if (n & 1) p = MultModP(kPowers[k], p);
+  }
+  return p;
+}
+
 }  // namespace
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return MultModP(ShiftForBytes(len_b), crc_a) ^ crc_b;
+}
 
 uint32_t Crc32cPortable(uint32_t crc, const void* data, size_t n) {
   return ~PortableRaw(~crc, static_cast<const uint8_t*>(data), n);

@@ -35,5 +35,23 @@ TEST(Crc32c, HardwareMatchesPortableAndExtends) {
   }
 }
 
+TEST(Crc32c, CombineJoinsIndependentChecksums) {
+  std::mt19937_64 rng(11);
+  std::string data(1 << 20, '\0');
+  for (auto& c : data) c = static_cast<char>(rng());
+  for (size_t len : {size_t{0}, size_t{1}, size_t{4096}, size_t{1000003}, data.size()}) {
+    for (size_t split : {size_t{0}, len / 2, len}) {
+      const uint32_t a = Crc32c(0, data.data(), split);
+      const uint32_t b = Crc32c(0, data.data() + split, len - split);
+      EXPECT_EQ(Crc32cCombine(a, b, len - split), Crc32c(0, data.data(), len)) << len << "/" << split;
+    }
+  }
+  // Eight buffers checksummed apart, joined in order.
+  uint32_t joined = 0;
+  const size_t part = data.size() / 8;
+  for (size_t i = 0; i < 8; i++) joined = Crc32cCombine(joined, Crc32c(0, data.data() + i * part, part), part);
+  EXPECT_EQ(joined, Crc32c(0, data.data(), data.size()));
+}
+
 }  // namespace
 }  // namespace ckptfs
