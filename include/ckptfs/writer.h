@@ -15,6 +15,20 @@
  * failure, ckptfs_writer_last_message() says more than the errno does (it is
  * kept per thread). The ABI is stable: structs passed in carry their own size.
  *
+ * A writer is used by one thread at a time (like a FILE* without locking);
+ * different writers may be used from different threads at once. A failed
+ * write leaves the writer failed: later writes and close return the same
+ * error, and close (which still frees it) reports it; abort removes the file.
+ * Writing 0 bytes is allowed, with buf NULL or not.
+ *
+ * CUDA: device memory is copied on the writer's stream: the caller's
+ * (options.cuda_stream) or, by default, a stream of the writer's own that
+ * waits for work on the legacy default stream. Data produced on any other
+ * stream must be ready before write is called (synchronize that stream, or
+ * pass it as cuda_stream). write returns once the copies are done. A build
+ * without CUDA refuses device pointers (-ENOTSUP) when the process has the
+ * CUDA driver loaded, instead of reading them as host memory.
+ *
  *   ckptfs_writer *w;
  *   int rc = ckptfs_writer_open("/ckpt/run1/step100/rank0.bin", &w);
  *   if (rc == 0) rc = ckptfs_writer_write(w, ptr, nbytes);   // host or device
@@ -72,8 +86,10 @@ typedef struct ckptfs_writer_info {
   int direct_io;        /* 1: O_DIRECT writes */
 } ckptfs_writer_info;
 
-/* Fills opts with the defaults. */
-CKPTFS_WRITER_API void ckptfs_writer_options_init(ckptfs_writer_options *opts);
+/* Fills opts with the defaults; size is sizeof(*opts) as the caller knows
+ * it, so a library newer than the caller's header never writes past it:
+ *   ckptfs_writer_options o; ckptfs_writer_options_init(&o, sizeof o); */
+CKPTFS_WRITER_API void ckptfs_writer_options_init(ckptfs_writer_options *opts, size_t size);
 
 /* Creates or truncates the file at path for writing (like fopen "wb"). */
 CKPTFS_WRITER_API int ckptfs_writer_open(const char *path, ckptfs_writer **out);
@@ -94,7 +110,8 @@ CKPTFS_WRITER_API int ckptfs_writer_write_async(ckptfs_writer *w, const void *bu
  * and CRC32C to the daemon, which records them; then frees w (also on
  * error). When it returns 0 the file is complete, durable and recorded. */
 CKPTFS_WRITER_API int ckptfs_writer_close(ckptfs_writer *w);
-/* ckptfs_writer_close that also fills info (its struct_size set by the caller). */
+/* ckptfs_writer_close that also fills info (its struct_size set by the
+ * caller), even when it fails (bytes accepted; crc32c 0 if unknown). */
 CKPTFS_WRITER_API int ckptfs_writer_close_info(ckptfs_writer *w, ckptfs_writer_info *info);
 /* Stops, removes the partly written file and frees w. */
 CKPTFS_WRITER_API void ckptfs_writer_abort(ckptfs_writer *w);
@@ -130,6 +147,8 @@ CKPTFS_WRITER_API int ckptfs_safetensors_set_metadata(ckptfs_safetensors *s, con
                                                       const char *value);
 /* Writes and closes the file (as ckptfs_writer_close); frees s. */
 CKPTFS_WRITER_API int ckptfs_safetensors_finish(ckptfs_safetensors *s);
+/* The same, also filling info (size and CRC32C of the whole file). */
+CKPTFS_WRITER_API int ckptfs_safetensors_finish_info(ckptfs_safetensors *s, ckptfs_writer_info *info);
 /* Discards everything, removes the file, frees s. */
 CKPTFS_WRITER_API void ckptfs_safetensors_abort(ckptfs_safetensors *s);
 

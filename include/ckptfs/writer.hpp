@@ -41,7 +41,7 @@ inline void CheckWriter(int rc) {
 
 class WriterOptions {
  public:
-  WriterOptions() { ckptfs_writer_options_init(&opts_); }
+  WriterOptions() { ckptfs_writer_options_init(&opts_, sizeof opts_); }
   WriterOptions& staging(size_t buffer_bytes, unsigned count) {
     opts_.staging_buffer_bytes = buffer_bytes;
     opts_.staging_buffer_count = count;

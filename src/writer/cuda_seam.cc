@@ -1,7 +1,9 @@
 #include "writer/cuda_seam.h"
 
+#include <dlfcn.h>
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -52,6 +54,27 @@ std::string CudaDescription() {
 #endif
 }
 
+#ifndef CKPTFS_WITH_CUDA
+namespace {
+// A build without CUDA cannot copy device memory, but the process may hold
+// device pointers (a trainer's framework has CUDA): when the driver is
+// already loaded, ask it, so such a pointer gets a clear error instead of a
+// crash. RTLD_NOLOAD: never loads the driver into a process without it.
+bool DriverSaysDevice(const void* p) {
+  using GetAttribute = int (*)(void* data, int attribute, unsigned long long ptr);
+  static const GetAttribute get = [] {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return h ? reinterpret_cast<GetAttribute>(dlsym(h, "cuPointerGetAttribute")) : nullptr;
+  }();
+  if (!get) return false;
+  constexpr int kMemoryTypeAttribute = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+  constexpr unsigned kDeviceMemory = 2;    // CU_MEMORYTYPE_DEVICE
+  unsigned type = 0;
+  return get(&type, kMemoryTypeAttribute, reinterpret_cast<uintptr_t>(p)) == 0 && type == kDeviceMemory;
+}
+}  // namespace
+#endif
+
 bool IsDevicePointer(const void* p) {
 #ifdef CKPTFS_WITH_CUDA
   if (!CudaAvailable()) return false;
@@ -62,8 +85,7 @@ bool IsDevicePointer(const void* p) {
   }
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 #else
-  (void)p;
-  return false;
+  return DriverSaysDevice(p);
 #endif
 }
 
@@ -109,7 +131,9 @@ Result<std::unique_ptr<CudaCopier>> CudaCopier::Create(void* user_stream, size_t
     c->stream_ = user_stream;
   } else {
     cudaStream_t s;
-    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    // A blocking stream: its copies wait for kernels queued on the legacy
+    // default stream, where frameworks produce tensors unless told otherwise.
+    cudaError_t e = cudaStreamCreate(&s);
     if (e != cudaSuccess) return CudaError(e, "cudaStreamCreate");
     c->stream_ = s;
     c->own_stream_ = true;

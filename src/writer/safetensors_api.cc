@@ -119,7 +119,7 @@ Status Add(ckptfs_safetensors* s, const char* name, const char* dtype, int ndim,
   return Status::Ok();
 }
 
-Status Finish(ckptfs_safetensors* s) {
+Status Finish(ckptfs_safetensors* s, ckptfs_writer_info* info) {
   const std::string header = Header(*s);
   unsigned char len[8];
   for (int i = 0; i < 8; i++) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
@@ -134,7 +134,7 @@ Status Finish(ckptfs_safetensors* s) {
     AbortWriter(s->writer);
     return st;
   }
-  return CloseWriter(s->writer, nullptr);
+  return CloseWriter(s->writer, info);
 }
 
 }  // namespace
@@ -168,10 +168,12 @@ int ckptfs_safetensors_set_metadata(ckptfs_safetensors* s, const char* key, cons
   return Succeed();
 }
 
-int ckptfs_safetensors_finish(ckptfs_safetensors* s) {
+int ckptfs_safetensors_finish(ckptfs_safetensors* s) { return ckptfs_safetensors_finish_info(s, nullptr); }
+
+int ckptfs_safetensors_finish_info(ckptfs_safetensors* s, ckptfs_writer_info* info) {
   if (!s) return Fail(ckptfs::Status::Error(EBADF, "null safetensors writer"));
   std::unique_ptr<ckptfs_safetensors> owned(s);
-  ckptfs::Status st = Finish(s);
+  ckptfs::Status st = Finish(s, info);
   return st.ok() ? Succeed() : Fail(st);
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -31,7 +32,7 @@ uint32_t CurrentUmask() {
 
 Result<ckptfs_writer_options> Normalize(const ckptfs_writer_options* in) {
   ckptfs_writer_options o;
-  ckptfs_writer_options_init(&o);
+  ckptfs_writer_options_init(&o, sizeof o);
   if (!in) return o;
   if (in->struct_size < kMinOptionsSize) {
     return Status::Error(EINVAL, "ckptfs_writer_options.struct_size is not set: call ckptfs_writer_options_init");
@@ -156,16 +157,19 @@ using namespace ckptfs::writer;  // NOLINT: the C entry points below
 
 extern "C" {
 
-void ckptfs_writer_options_init(ckptfs_writer_options* opts) {
-  if (!opts) return;
-  std::memset(opts, 0, sizeof *opts);
-  opts->struct_size = sizeof *opts;
-  opts->staging_buffer_bytes = 8u << 20;
-  opts->staging_buffer_count = 4;
-  opts->cuda_stream = nullptr;
-  opts->source = CKPTFS_WRITER_SOURCE_AUTO;
-  opts->mode = 0666;
-  opts->flags = 0;
+void ckptfs_writer_options_init(ckptfs_writer_options* opts, size_t size) {
+  if (!opts || size < sizeof(size_t)) return;
+  ckptfs_writer_options o;
+  std::memset(&o, 0, sizeof o);
+  o.staging_buffer_bytes = 8u << 20;
+  o.staging_buffer_count = 4;
+  o.cuda_stream = nullptr;
+  o.source = CKPTFS_WRITER_SOURCE_AUTO;
+  o.mode = 0666;
+  o.flags = 0;
+  // Only as much as the caller's struct holds.
+  o.struct_size = std::min(size, sizeof o);
+  std::memcpy(opts, &o, o.struct_size);
 }
 
 int ckptfs_writer_open(const char* path, ckptfs_writer** out) { return ckptfs_writer_open_with(path, nullptr, out); }

@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
   unsigned long long size = strtoull(argv[2], NULL, 10);
   int async = 0;
   ckptfs_writer_options opts;
-  ckptfs_writer_options_init(&opts);
+  ckptfs_writer_options_init(&opts, sizeof opts);
   for (int i = 3; i < argc; i++) {
     if (!strcmp(argv[i], "--async")) {
       async = 1;

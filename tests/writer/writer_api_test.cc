@@ -106,7 +106,7 @@ TEST(WriterApi, OptionsAreCheckedAndOldStructsAccepted) {
   ckptfs::TempDirForTest dir;
   const std::string path = dir.path() + "/o.bin";
   ckptfs_writer_options o;
-  ckptfs_writer_options_init(&o);
+  ckptfs_writer_options_init(&o, sizeof o);
   o.staging_buffer_count = 1;
   ckptfs_writer* w = nullptr;
   EXPECT_EQ(ckptfs_writer_open_with(path.c_str(), &o, &w), -EINVAL);
@@ -115,14 +115,14 @@ TEST(WriterApi, OptionsAreCheckedAndOldStructsAccepted) {
   EXPECT_EQ(ckptfs_writer_open_with(path.c_str(), &o, &w), -EINVAL);
   EXPECT_NE(std::string(ckptfs_writer_last_message()).find("ckptfs_writer_options_init"), std::string::npos);
   // A caller compiled against a header with only the first fields.
-  ckptfs_writer_options_init(&o);
+  ckptfs_writer_options_init(&o, sizeof o);
   o.struct_size = offsetof(ckptfs_writer_options, cuda_stream);
   o.staging_buffer_bytes = 4096;
   o.flags = 0xdead;  // beyond the struct it says it has: ignored
   ASSERT_EQ(ckptfs_writer_open_with(path.c_str(), &o, &w), 0) << ckptfs_writer_last_message();
   ASSERT_EQ(ckptfs_writer_write(w, "x", 1), 0);
   EXPECT_EQ(ckptfs_writer_close(w), 0);
-  ckptfs_writer_options_init(&o);
+  ckptfs_writer_options_init(&o, sizeof o);
   o.flags = 0x100;
   EXPECT_EQ(ckptfs_writer_open_with(path.c_str(), &o, &w), -EINVAL);
   EXPECT_EQ(ckptfs_writer_open(nullptr, &w), -EINVAL);
@@ -135,7 +135,7 @@ TEST(WriterApi, DevicePointersWithoutAGpuGiveAClearError) {
   std::printf("build: %s\n", ckptfs_writer_build_info());
   ckptfs::TempDirForTest dir;
   ckptfs_writer_options o;
-  ckptfs_writer_options_init(&o);
+  ckptfs_writer_options_init(&o, sizeof o);
   o.source = CKPTFS_WRITER_SOURCE_DEVICE;
   ckptfs_writer* w = nullptr;
   ASSERT_EQ(ckptfs_writer_open_with((dir.path() + "/d.bin").c_str(), &o, &w), 0);

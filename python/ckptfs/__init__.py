@@ -1,0 +1,27 @@
+"""ckptfs: Python side of the ckptfs checkpoint filesystem.
+
+`ckptfs.writer` binds libckptfs-writer (SPEC section 7) with ctypes: no build
+step, and importing it loads nothing; the library is looked up at first use.
+"""
+
+from .writer import (  # noqa: F401  (re-exported)
+    LibraryNotFoundError,
+    Writer,
+    WriterError,
+    WriterInfo,
+    build_info,
+    cuda_available,
+    library_path,
+    save_safetensors,
+)
+
+__all__ = [
+    "LibraryNotFoundError",
+    "Writer",
+    "WriterError",
+    "WriterInfo",
+    "build_info",
+    "cuda_available",
+    "library_path",
+    "save_safetensors",
+]
