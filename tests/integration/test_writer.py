@@ -186,3 +186,32 @@ def test_socket_is_discoverable_and_a_dead_daemon_does_not_block_a_new_one(make_
     m.start()
     out = write_with_library(m.path("after.bin"), 100)
     assert out["fast_path"] == 1
+
+
+def test_python_binding_uses_the_fast_path(ckptfs):
+    """ckptfs.writer (ctypes) in a mount: save_safetensors and a file-like Writer."""
+    lib = os.environ.get("CKPTFS_WRITER_LIB")
+    if not lib:
+        pytest.skip("CKPTFS_WRITER_LIB is not set: run through meson test")
+    os.makedirs(ckptfs.path("run/step3"))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from ckptfs.writer import Writer, save_safetensors
+info = save_safetensors({"w": np.arange(1000, dtype=np.float32)}, sys.argv[2] + "/model.safetensors")
+with Writer(sys.argv[2] + "/blob.bin") as f:
+    f.write(b"abc" * 1000)
+print(json.dumps({"fast_path": info.fast_path, "crc32c": info.crc32c}))
+"""
+    r = subprocess.run(["/usr/bin/python3", "-c", script, os.path.join(repo, "python"), ckptfs.path("run/step3")],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, CKPTFS_WRITER_LIB=lib))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["fast_path"] is True
+    data = read_file(ckptfs.path("run/step3/model.safetensors"))
+    assert out["crc32c"] == crc32c(data)
+    assert get_xattr(ckptfs.path("run/step3/model.safetensors"), "user.ckptfs.crc32c") == f"{crc32c(data):08x}"
+    assert read_file(ckptfs.path("run/step3/blob.bin")) == b"abc" * 1000
+    assert get_xattr(ckptfs.path("run/step3/blob.bin"), "user.ckptfs.crc32c") == f"{crc32c(b'abc' * 1000):08x}"
