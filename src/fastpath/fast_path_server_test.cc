@@ -224,6 +224,26 @@ TEST_F(FastPathTest, PermissionsAreCheckedAsTheKernelWould) {
   EXPECT_EQ(fs_->OpenForFastPath(a, "alice/ro", 0644).err(), EACCES);
 }
 
+TEST_F(FastPathTest, UploadOfBytesThatDifferFromTheReportedChecksumIsRefused) {
+  auto f = fs_->OpenForFastPath({0, 0, {}}, "f", 0644);
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(pwrite(f->fd, "abcd", 4, 0), 4);
+  close(f->fd);
+  const uint32_t crc = Crc32c(0, "abcd", 4);
+  ASSERT_TRUE(fs_->FinishFastPath(f->fh, 4, crc).ok());
+  ASSERT_TRUE(fs_->Release(f->fh).ok());
+  auto attr = fs_->GetAttr(f->ino);
+  FileSystem::UploadJob job;
+  job.ino = f->ino;
+  job.key = "f";
+  job.size = 4;
+  job.mtime_ns = TimespecToNanos(attr->attr.st_mtim);
+  Status bad = fs_->NoteUploaded(job, crc ^ 1);
+  EXPECT_EQ(bad.err(), EIO);
+  EXPECT_NE(bad.message().find("changed since the writer closed it"), std::string::npos) << bad.message();
+  EXPECT_TRUE(fs_->NoteUploaded(job, crc).ok());
+}
+
 TEST_F(FastPathTest, SecondDaemonOnTheSameSocketIsRefused) {
   auto again = FastPathServer::Start(socket_path(), fs_.get());
   EXPECT_EQ(again.err(), EADDRINUSE);

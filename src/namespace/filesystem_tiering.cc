@@ -5,6 +5,7 @@
 // calls these methods; every decision is made here, under mu_, against the
 // in-memory image, and recorded in the manifest (docs/manifest.md).
 #include <algorithm>
+#include <cstdio>
 
 #include "namespace/filesystem.h"
 
@@ -224,6 +225,17 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c) {
     if (path != job.key) QueueRemoteDeleteLocked(job.key, false, &batch);
     if (!uploads_.count(job.ino)) QueueUploadLocked(inode, &batch);
     return Apply(batch, false);
+  }
+  if (inode->checksum && inode->checksum->size == job.size && inode->checksum->mtime_ns == job.mtime_ns &&
+      inode->checksum->crc32c != crc32c) {
+    // The writer library reported another CRC32C for this very version: the
+    // bytes changed behind ckptfs's back (a descriptor kept after close, a
+    // disk error). Such data must not become the persisted copy.
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "contents changed since the writer closed it: CRC32C %08x, the writer reported %08x",
+                  crc32c, inode->checksum->crc32c);
+    events_->Append({{"event", "error"}, {"kind", "checksum_mismatch"}, {"path", path}, {"error", msg}});
+    return Status::Error(EIO, path + ": " + msg);
   }
   ObjectRecord rec;
   rec.key = job.key;
