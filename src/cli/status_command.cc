@@ -54,6 +54,49 @@ std::string Where(const nlohmann::json& step) {
   return buf;
 }
 
+std::string ProgressBar(double fraction, int width) {
+  fraction = std::clamp(fraction, 0.0, 1.0);
+  const int full = static_cast<int>(fraction * width + 0.5);
+  return "[" + std::string(static_cast<size_t>(full), '#') + std::string(static_cast<size_t>(width - full), '.') + "]";
+}
+
+// Steps still uploading, oldest commit first (the order uploads drain in):
+// a bar, bytes, the remote's recent rate and an ETA that counts the steps
+// ahead of each one.
+void RenderUploads(const nlohmann::json& status, std::ostringstream& out) {
+  std::vector<nlohmann::json> uploading;
+  for (const auto& s : status.value("steps", nlohmann::json::array())) {
+    if (s.value("persisted", false) || !s.contains("upload") || !s["upload"].is_object()) continue;
+    if (s.value("state", "") != "committed") continue;
+    uploading.push_back(s);
+  }
+  if (uploading.empty()) return;
+  std::sort(uploading.begin(), uploading.end(), [](const auto& a, const auto& b) {
+    const auto& ta = a["committed_at"];
+    const auto& tb = b["committed_at"];
+    return (ta.is_number() ? ta.template get<double>() : 0) < (tb.is_number() ? tb.template get<double>() : 0);
+  });
+  double rate = 0;
+  if (status.contains("remote") && status["remote"].is_object()) {
+    rate = status["remote"].value("upload_rate_bytes_per_s", 0.0);
+  }
+  out << "\nuploading (" << (rate > 0 ? HumanBytes(rate) + "/s" : std::string("rate not known yet")) << ")\n";
+  double ahead = 0;  // bytes of older steps still to upload
+  for (const auto& s : uploading) {
+    const double total = s["upload"].value("bytes_total", 0.0);
+    const double done = s["upload"].value("bytes_done", 0.0);
+    const double left = std::max(0.0, total - done);
+    ahead += left;
+    std::string eta = "-";
+    if (rate > 0) eta = "ETA " + HumanAge(ahead / rate);
+    char line[320];
+    std::snprintf(line, sizeof line, "  %-24s %s %3.0f%%  %s of %s  %s\n", s.value("path", "?").c_str(),
+                  ProgressBar(total > 0 ? done / total : 1.0, 20).c_str(), total > 0 ? 100.0 * done / total : 100.0,
+                  HumanBytes(done).c_str(), HumanBytes(total).c_str(), eta.c_str());
+    out << line;
+  }
+}
+
 }  // namespace
 
 std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
@@ -111,6 +154,7 @@ std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
       out << line;
     }
   }
+  RenderUploads(status, out);
   return out.str();
 }
 

@@ -54,6 +54,35 @@ TEST(StatusCommandTest, RemoteHealthAndUploadProgress) {
   EXPECT_NE(table.find("up 25%"), std::string::npos) << table;
 }
 
+TEST(StatusCommandTest, UploadsShowABarRateAndEtaInCommitOrder) {
+  const auto status = nlohmann::json::parse(R"json({
+    "version": "0.1.0", "pid": 42, "mountpoint": "/ckpt",
+    "remote": {"url": "s3://b/p", "healthy": true, "uploads_in_flight": 2, "bytes_uploaded": 0,
+               "upload_rate_bytes_per_s": 104857600},
+    "steps": [
+      {"path": "r/step300", "step": 300, "state": "committed", "bytes": 1073741824, "files": 8,
+       "committed_at": 30.0, "error": "", "persisted": false,
+       "upload": {"bytes_done": 0, "bytes_total": 1073741824}},
+      {"path": "r/step200", "step": 200, "state": "committed", "bytes": 1073741824, "files": 8,
+       "committed_at": 20.0, "error": "", "persisted": false,
+       "upload": {"bytes_done": 536870912, "bytes_total": 1073741824}},
+      {"path": "r/step100", "step": 100, "state": "committed", "bytes": 10, "files": 1,
+       "committed_at": 10.0, "error": "", "persisted": true,
+       "upload": {"bytes_done": 10, "bytes_total": 10}}]})json");
+  const std::string table = RenderStatusTable(status, 100);
+  EXPECT_NE(table.find("uploading (100.0 MiB/s)"), std::string::npos) << table;
+  // step200 (committed first) drains first: 512 MiB left at 100 MiB/s.
+  const size_t s200 = table.find("r/step200 ");
+  const size_t s300 = table.find("r/step300 ");
+  ASSERT_NE(s200, std::string::npos) << table;
+  ASSERT_LT(s200, s300);
+  EXPECT_NE(table.find("[##########..........]  50%  512.0 MiB of 1.0 GiB  ETA 5s", s200), std::string::npos)
+      << table;
+  // step300 waits for step200's rest: (0.5 + 1) GiB at 100 MiB/s.
+  EXPECT_NE(table.find("[....................]   0%  0 B of 1.0 GiB  ETA 15s", s300), std::string::npos) << table;
+  EXPECT_EQ(table.find("r/step100 ", table.find("uploading")), std::string::npos);  // persisted
+}
+
 TEST(StatusCommandTest, EmptyMount) {
   const auto status = nlohmann::json::parse(R"({"version": "0.1.0", "pid": 1, "mountpoint": "/m", "steps": []})");
   EXPECT_NE(RenderStatusTable(status, 0).find("no checkpoint steps yet"), std::string::npos);

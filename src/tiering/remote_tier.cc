@@ -173,6 +173,8 @@ void RemoteTier::ControlLoop() {
       }
       if (stopping_) return;
       import_needed = !import_done_;
+      // A sample per pass: the rate falls while uploads stall.
+      upload_rate_.Record(clock_.MonotonicNanos(), bytes_uploaded_);
     }
     const int64_t now = clock_.MonotonicNanos();
     if (import_needed && now >= import_retry_at) {
@@ -254,6 +256,8 @@ void RemoteTier::AddStatus(nlohmann::json* status) {
                            {"upload_bytes_in_flight", bytes_in_flight_},
                            {"uploads_waiting_to_retry", retry_after_.size()},
                            {"bytes_uploaded", bytes_uploaded_},
+                           // Over the last 30 s: `ckptfs status` derives ETAs from it.
+                           {"upload_rate_bytes_per_s", upload_rate_.PerSecond(clock_.MonotonicNanos())},
                            {"files_uploaded", files_uploaded_},
                            {"upload_failures", upload_failures_},
                            {"steps_persisted", steps_persisted_},

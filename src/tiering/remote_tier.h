@@ -34,6 +34,7 @@
 
 #include "common/clock.h"
 #include "control/event_log.h"
+#include "control/rate_meter.h"
 #include "namespace/filesystem.h"
 #include "namespace/tier_hooks.h"
 #include "remote/object_store.h"
@@ -158,6 +159,7 @@ class RemoteTier : public TierHooks {
   double last_error_at_ = 0;                        // GUARDED_BY(mu_)
   bool healthy_ = true;                             // GUARDED_BY(mu_)
   uint64_t bytes_uploaded_ = 0;                     // GUARDED_BY(mu_)
+  RateMeter upload_rate_;                           // GUARDED_BY(mu_) of bytes_uploaded_
   uint64_t bytes_in_flight_ = 0;                    // GUARDED_BY(mu_)
   uint64_t files_uploaded_ = 0;                     // GUARDED_BY(mu_)
   uint64_t upload_failures_ = 0;                    // GUARDED_BY(mu_)

@@ -87,6 +87,7 @@ void RemoteTier::UploadFinished(uint64_t ino, const Status& st, uint64_t bytes) 
       retry_delay_.erase(ino);
       bytes_uploaded_ += bytes;
       files_uploaded_++;
+      upload_rate_.Record(clock_.MonotonicNanos(), bytes_uploaded_);
     } else {
       upload_failures_++;
       int64_t& delay = retry_delay_[ino];
