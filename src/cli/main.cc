@@ -1,4 +1,5 @@
-// The ckptfs command: mount (foreground or background), commit, help, version.
+// The ckptfs command: mount (foreground or background), commit, retention,
+// status, fsck, help, version.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/daemon.h"
+#include "cli/fsck_command.h"
 #include "cli/mount_options.h"
 #include "cli/mount_table.h"
 #include "cli/status_command.h"
@@ -24,6 +26,7 @@ const char* const kUsage =
     "       ckptfs commit STEP_DIR...\n"
     "       ckptfs retention --dry-run RUN_DIR\n"
     "       ckptfs status [MOUNTPOINT] [--json]\n"
+    "       ckptfs fsck CACHE_DIR [--repair] [--crc] [--json]\n"
     "       ckptfs --help | --version\n"
     "\n"
     "A FUSE filesystem for training checkpoints: steps land on local disk and are\n"
@@ -189,6 +192,7 @@ int main(int argc, char** argv) {
   if (cmd == "commit") return Commit(argc - 1, argv + 1);
   if (cmd == "retention") return Retention(argc - 1, argv + 1);
   if (cmd == "status") return StatusCommand(argc - 1, argv + 1);
+  if (cmd == "fsck") return FsckCommand(argc - 1, argv + 1);
   std::fprintf(stderr, "ckptfs: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

@@ -264,7 +264,7 @@ TEST(RocksDbManifestStoreTest, OneColumnFamilyPerKeySpace) {
   ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &families).ok());
   std::sort(families.begin(), families.end());
   EXPECT_EQ(families,
-            (std::vector<std::string>{"default", "dentries", "gc", "inodes", "objects", "remote_gc",
+            (std::vector<std::string>{"checksums", "default", "dentries", "gc", "inodes", "objects", "remote_gc",
                                       "steps", "uploads", "xattrs"}));
 }
 

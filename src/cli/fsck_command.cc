@@ -1,0 +1,174 @@
+#include "cli/fsck_command.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/posix_data_store.h"
+#include "maintenance/fsck.h"
+#include "maintenance/fsck_report.h"
+#include "manifest/rocksdb_manifest_store.h"
+
+namespace ckptfs {
+
+const char* const kFsckUsage =
+    "usage: ckptfs fsck CACHE_DIR [--repair] [--crc] [--json]\n"
+    "\n"
+    "Checks an unmounted ckptfs cache: every manifest record decodes, the directory\n"
+    "tree is consistent, every local file has a backing file of its recorded size,\n"
+    "committed steps hold what their commit recorded. Refuses a cache in use.\n"
+    "\n"
+    "  --repair  fix what can be fixed without losing committed data (leftover\n"
+    "            records and backing files, link counts, sizes of files not yet\n"
+    "            committed, unreachable inodes go to lost+found); lost committed\n"
+    "            data is reported, never deleted\n"
+    "  --crc     also recompute the CRC32C of committed files the remote holds\n"
+    "            and compare it with the one recorded at upload (reads all of it)\n"
+    "  --json    print the report as one JSON document\n"
+    "\n"
+    "Exit status: 0 clean; 1 problems found (and not all repaired); 2 usage or\n"
+    "operational error (not a cache, cache in use); 3 every problem found was\n"
+    "repaired.\n";
+
+namespace {
+
+constexpr size_t kEventsTail = 1 << 20;  // the last mount is near the end
+
+int Operational(const std::string& message) {
+  std::fprintf(stderr, "ckptfs fsck: %s\n", message.c_str());
+  return kFsckOperational;
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool PidAlive(long long pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+}  // namespace
+
+std::string DescribeCacheInUse(const std::string& cache_dir) {
+  std::string mountpoint;
+  long long pid = 0;
+  std::ifstream in(cache_dir + "/events.jsonl", std::ios::binary);
+  if (in) {
+    in.seekg(0, std::ios::end);
+    const std::streamoff size = in.tellg();
+    in.seekg(size > static_cast<std::streamoff>(kEventsTail) ? size - static_cast<std::streamoff>(kEventsTail)
+                                                             : 0);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto e = nlohmann::json::parse(line, nullptr, false);
+      if (e.is_discarded() || !e.is_object()) continue;  // a line cut by the seek
+      const std::string event = e.value("event", "");
+      if (event == "mount") {
+        mountpoint = e.value("mountpoint", "");
+        pid = e.value("pid", 0LL);
+      } else if (event == "unmount" && e.value("mountpoint", "") == mountpoint) {
+        mountpoint.clear();
+        pid = 0;
+      }
+    }
+  }
+  if (!mountpoint.empty() && PidAlive(pid)) {
+    return cache_dir + " is in use by a running ckptfs (mounted at " + mountpoint + ", pid " +
+           std::to_string(pid) + "); unmount first: fusermount3 -u " + mountpoint;
+  }
+  return cache_dir +
+         " is in use by another process (a running ckptfs daemon, or another ckptfs fsck); "
+         "unmount it or let it finish first";
+}
+
+int FsckCommand(int argc, char** argv) {
+  bool repair = false;
+  bool json = false;
+  FsckOptions options;
+  std::string cache;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kFsckUsage, stdout);
+      return kFsckClean;
+    }
+    if (arg == "--repair") {
+      repair = true;
+    } else if (arg == "--json") {
+      json = true;
+    } else if (arg == "--crc") {
+      options.verify_crc = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      std::fprintf(stderr, "ckptfs fsck: unknown option '%s'\n%s", arg.c_str(), kFsckUsage);
+      return kFsckOperational;
+    } else if (cache.empty()) {
+      cache = arg;
+    } else {
+      std::fprintf(stderr, "ckptfs fsck: one CACHE_DIR only ('%s' and '%s')\n%s", cache.c_str(), arg.c_str(),
+                   kFsckUsage);
+      return kFsckOperational;
+    }
+  }
+  if (cache.empty()) {
+    std::fputs(kFsckUsage, stderr);
+    return kFsckOperational;
+  }
+  char* real = ::realpath(cache.c_str(), nullptr);
+  if (!real) return Operational(cache + ": " + std::strerror(errno));
+  const std::string dir(real);
+  std::free(real);
+  if (!IsDir(dir)) return Operational(dir + " is not a directory");
+  // Checked before opening: RocksDB would create a manifest where none is.
+  if (!Exists(dir + "/manifest/CURRENT")) {
+    return Operational(dir + " is not a ckptfs cache directory (no manifest/ in it)");
+  }
+  if (!IsDir(dir + "/data")) {
+    return Operational(dir +
+                       "/data is missing: not a ckptfs cache directory, or its data directory was removed");
+  }
+
+  // Opening takes RocksDB's LOCK, which a mounted daemon holds for as long as
+  // it runs; holding it here also keeps a mount from starting meanwhile.
+  auto manifest = RocksDbManifestStore::Open(dir + "/manifest");
+  if (!manifest.ok()) {
+    if (manifest.err() == EBUSY) return Operational(DescribeCacheInUse(dir));
+    return Operational("cannot open the manifest: " + manifest.status().message());
+  }
+  auto data = PosixDataStore::OpenDir(dir + "/data");
+  if (!data.ok()) return Operational("cannot open the data directory: " + data.status().message());
+
+  auto report = CheckCache(manifest->get(), data->get(), options);
+  if (!report.ok()) return Operational(report.status().message());
+  Status repaired;
+  if (repair) repaired = RepairCache(manifest->get(), data->get(), &*report);
+
+  if (json) {
+    nlohmann::json j = FsckReportJson(*report);
+    j["cache"] = dir;
+    j["repair"] = repair;
+    j["crc"] = options.verify_crc;
+    if (!repaired.ok()) {
+      j["repair_error"] = repaired.message();
+      j["exit_code"] = kFsckOperational;
+    }
+    std::fputs((j.dump(2) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(RenderFsckText(*report).c_str(), stdout);
+  }
+  if (!repaired.ok()) return Operational("repair stopped: " + repaired.message());
+  return FsckExitCode(*report);
+}
+
+}  // namespace ckptfs
