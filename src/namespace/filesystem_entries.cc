@@ -19,6 +19,11 @@ Result<Inode*> FileSystem::PrepareNewEntry(std::unique_lock<std::mutex>& lock, u
   WaitUntilNotCommitting(lock, parent);
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
+  // A removed directory still open somewhere (a process's cwd): the kernel
+  // refuses new entries in it, and so do we for callers that are not the
+  // kernel (the writer fast path), or recovery would find entries in a
+  // directory that is gone.
+  if ((*dir)->rec.nlink == 0) return Status::Error(ENOENT, "directory was removed");
   CKPTFS_RETURN_IF_ERROR(CheckName(name));
   CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
   CKPTFS_RETURN_IF_ERROR(CheckNotReserved(parent, name));

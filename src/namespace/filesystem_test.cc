@@ -53,6 +53,18 @@ TEST(FileSystemTest, MkdirLookupAndErrors) {
   EXPECT_EQ(fs.GetAttr(kRootIno)->attr.st_nlink, 4u);  // ".", "..", a, xxx...
 }
 
+TEST(FileSystemTest, RemovedDirectoryTakesNoNewEntries) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t d = Mkdir(fs, kRootIno, "d");
+  ASSERT_TRUE(fs.Lookup(kRootIno, "d").ok());  // the kernel still holds it (a cwd)
+  ASSERT_TRUE(fs.Rmdir(kRootIno, "d").ok());
+  EXPECT_EQ(fs.Mkdir(kRoot, d, "x", 0755).err(), ENOENT);
+  EXPECT_EQ(fs.Create(kRoot, d, "f", 0644, O_WRONLY).err(), ENOENT);
+  env.CleanRestart();  // and the manifest stays loadable
+  EXPECT_EQ(env.fs().Lookup(kRootIno, "d").err(), ENOENT);
+}
+
 TEST(FileSystemTest, WriteReadTruncateAndSizePersistence) {
   FsEnv env;
   auto& fs = env.fs();
