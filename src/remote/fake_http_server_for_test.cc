@@ -195,14 +195,16 @@ bool FakeHttpServer::ServeOne(int fd, std::string* buf, bool* reset) {
       std::string out =
           "HTTP/1.1 " + std::to_string(resp.status) + " " + Reason(resp.status) + "\r\n";
       bool has_length = false;
+      bool close = false;
       for (const auto& [name, value] : resp.headers) {
         out += name + ": " + value + "\r\n";
         has_length |= Lower(name) == "content-length";
+        close |= Lower(name) == "connection" && Lower(value) == "close";
       }
       if (!has_length) out += "Content-Length: " + std::to_string(resp.body.size()) + "\r\n";
       out += "\r\n";
       if (req.method != "HEAD") out += resp.body;
-      return SendAll(fd, out);
+      return SendAll(fd, out) && !close;
     }
     case FakeHttpResponse::Action::kReset:
       *reset = true;

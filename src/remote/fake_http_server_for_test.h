@@ -34,7 +34,9 @@ struct FakeHttpRequest {
 
 struct FakeHttpResponse {
   enum class Action {
-    kRespond,  // send status, headers, body; keep the connection open
+    kRespond,  // send status, headers, body; keep the connection open, unless
+               // a "Connection: close" header says otherwise (with a larger
+               // Content-Length than the body: a body cut short)
     kReset,    // close with a TCP RST, no answer
     kClose,    // close without an answer (an "empty reply")
     kStall,    // answer nothing until stall_for passes (or the server stops), then close

@@ -399,6 +399,19 @@ Status FileObjectStore::AbortMultipart(const std::string& key, const std::string
 
 Result<std::string> FileObjectStore::GetRange(const std::string& key, uint64_t offset,
                                               uint64_t length) {
+  std::string out;
+  Result<uint64_t> n = ReadRange(key, offset, length, [&out](uint64_t at, std::string_view piece) {
+    out.resize(at);
+    out.append(piece);
+    return Status::Ok();
+  });
+  if (!n.ok()) return n.status();
+  out.resize(*n);
+  return out;
+}
+
+Result<uint64_t> FileObjectStore::ReadRange(const std::string& key, uint64_t offset,
+                                            uint64_t length, const RangeSink& sink) {
   CKPTFS_RETURN_IF_ERROR(CheckKey(key));
   const std::string path = dir_ + "/" + key;
   const Status absent = Status::Error(ENOENT, Describe() + ": no object " + key);
@@ -413,21 +426,23 @@ Result<std::string> FileObjectStore::GetRange(const std::string& key, uint64_t o
   if (::fstat(fd, &st) != 0) return Status::FromErrno("fstat " + path);
   if (!S_ISREG(st.st_mode)) return absent;
   const auto size = static_cast<uint64_t>(st.st_size);
-  if (offset >= size) return std::string();
-  std::string out(std::min(length, size - offset), '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t r =
-        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+  if (offset >= size) return uint64_t{0};
+  const uint64_t want = std::min(length, size - offset);
+  // Pieces of a bounded buffer: a large range does not need its size in memory.
+  std::string buf(static_cast<size_t>(std::min(want, kReadPiece)), '\0');
+  uint64_t done = 0;
+  while (done < want) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), want - done));
+    const ssize_t r = ::pread(fd, buf.data(), n, static_cast<off_t>(offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
       return Status::FromErrno("pread " + path);
     }
     if (r == 0) break;  // cannot happen for a renamed-into-place file, unless edited by hand
-    done += static_cast<size_t>(r);
+    CKPTFS_RETURN_IF_ERROR(sink(done, std::string_view(buf.data(), static_cast<size_t>(r))));
+    done += static_cast<uint64_t>(r);
   }
-  out.resize(done);
-  return out;
+  return done;
 }
 
 Result<ObjectInfo> FileObjectStore::Head(const std::string& key) {

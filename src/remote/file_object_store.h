@@ -42,6 +42,11 @@ namespace ckptfs {
 class FileObjectStore final : public ObjectStore {
  public:
   static constexpr uint64_t kDefaultMinPartSize = uint64_t{5} << 20;
+  // ReadRange hands the sink pieces of at most this many bytes: small
+  // enough that a sink writing a cache file stays cheap (see
+  // S3ObjectStore::kSinkPiece), large enough that a system call per piece
+  // does not matter.
+  static constexpr uint64_t kReadPiece = uint64_t{64} << 10;
 
   // dir must be an existing directory (ENOENT/ENOTDIR otherwise); nothing is
   // created until the first write. A smaller min_part_size is for tests.
@@ -69,6 +74,8 @@ class FileObjectStore final : public ObjectStore {
   // An offset at or past the end gives an empty string, not an error: the
   // caller asked for bytes that do not exist, and "fewer at the end" covers it.
   Result<std::string> GetRange(const std::string& key, uint64_t offset, uint64_t length) override;
+  Result<uint64_t> ReadRange(const std::string& key, uint64_t offset, uint64_t length,
+                             const RangeSink& sink) override;
   Result<ObjectInfo> Head(const std::string& key) override;
   // Walks only the directory the prefix names up to its last '/', so listing
   // one step does not read the whole tree. Only regular files are objects.

@@ -52,6 +52,12 @@ class MemoryObjectStore final : public ObjectStore {
   uint64_t min_part_size() const override { return min_part_size_; }
   // An offset at or past the end gives an empty string.
   Result<std::string> GetRange(const std::string& key, uint64_t offset, uint64_t length) override;
+  // The range in pieces of kReadPiece bytes, as a streaming store delivers
+  // it, so callers' sinks are tested with more than one piece. Counted as
+  // a get.
+  static constexpr size_t kReadPiece = size_t{64} << 10;
+  Result<uint64_t> ReadRange(const std::string& key, uint64_t offset, uint64_t length,
+                             const RangeSink& sink) override;
   Result<ObjectInfo> Head(const std::string& key) override;
   Result<std::vector<ObjectInfo>> List(const std::string& prefix) override;
   Status Delete(const std::vector<std::string>& keys) override;
@@ -67,7 +73,7 @@ class MemoryObjectStore final : public ObjectStore {
   size_t part_calls() const;
   size_t complete_calls() const;
   size_t abort_calls() const;
-  size_t get_calls() const;  // GetRange
+  size_t get_calls() const;  // GetRange and ReadRange
   size_t head_calls() const;
   size_t list_calls() const;
   size_t delete_calls() const;  // Delete calls, not keys

@@ -18,6 +18,14 @@ Status Invalid(const std::string& key, const char* why) {
 
 }  // namespace
 
+Result<uint64_t> ObjectStore::ReadRange(const std::string& key, uint64_t offset, uint64_t length,
+                                        const RangeSink& sink) {
+  Result<std::string> data = GetRange(key, offset, length);
+  if (!data.ok()) return data.status();
+  if (!data->empty()) CKPTFS_RETURN_IF_ERROR(sink(0, *data));
+  return uint64_t{data->size()};
+}
+
 Status ValidateObjectKey(const std::string& key) {
   if (key.empty()) return Status::Error(EINVAL, "invalid object key: empty");
   if (key.size() > kMaxKeyBytes) {

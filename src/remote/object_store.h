@@ -10,9 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -52,6 +54,20 @@ class ObjectStore {
   // length bytes from offset (fewer at the end of the object); ENOENT when
   // the object does not exist.
   virtual Result<std::string> GetRange(const std::string& key, uint64_t offset, uint64_t length) = 0;
+
+  // The same bytes as GetRange, handed to sink piece by piece as they
+  // arrive instead of gathered into one string: the read-through path
+  // writes them straight into the cache file, so no buffer of the whole
+  // range is allocated, grown or copied. `at` is the piece's position within
+  // the range. A request that is retried starts again at 0, so the sink
+  // must treat pieces as positional writes (the same bytes may come twice),
+  // never as an append. A sink that fails stops the read, which returns its
+  // status. Returns how many bytes the range has (fewer than length at the
+  // end of the object). This default reads the range with GetRange; stores
+  // that can stream do.
+  using RangeSink = std::function<Status(uint64_t at, std::string_view piece)>;
+  virtual Result<uint64_t> ReadRange(const std::string& key, uint64_t offset, uint64_t length,
+                                     const RangeSink& sink);
   // ENOENT when absent.
   virtual Result<ObjectInfo> Head(const std::string& key) = 0;
   // Every object whose key starts with prefix, in key order.

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -148,6 +149,57 @@ TYPED_TEST(ObjectStoreContractTest, GetRange) {
   EXPECT_EQ(*s->GetRange("k", 0, 0), "");
   EXPECT_EQ(*s->GetRange("k", 1000, 10), "");  // at the end
   EXPECT_EQ(*s->GetRange("k", 5000, 10), "");  // past the end: empty, not an error
+}
+
+// ReadRange hands over the bytes GetRange would return, as positional
+// pieces in order (several for a range larger than a store's piece).
+TYPED_TEST(ObjectStoreContractTest, ReadRangeStreamsTheSameBytes) {
+  ObjectStore* s = this->store_.get();
+  const std::string data = Bytes(300 * 1024 + 7, 5);
+  ASSERT_TRUE(s->Put("k", data).ok());
+  std::string got;
+  size_t pieces = 0;
+  auto read = [&](uint64_t offset, uint64_t length) {
+    got.clear();
+    pieces = 0;
+    return s->ReadRange("k", offset, length, [&](uint64_t at, std::string_view piece) {
+      EXPECT_EQ(at, got.size());  // in order; nothing here makes a request retry
+      EXPECT_FALSE(piece.empty());
+      got.append(piece);
+      pieces++;
+      return Status::Ok();
+    });
+  };
+  Result<uint64_t> n = read(0, UINT64_MAX);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, data.size());
+  EXPECT_TRUE(got == data);
+  n = read(1000, 200 * 1024);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 200u * 1024);
+  EXPECT_TRUE(got == data.substr(1000, 200 * 1024));
+  EXPECT_EQ(*read(data.size() - 10, 100), 10u);  // fewer at the end
+  EXPECT_EQ(got, data.substr(data.size() - 10));
+  EXPECT_EQ(*read(data.size(), 10), 0u);  // at the end: no bytes, no pieces
+  EXPECT_EQ(pieces, 0u);
+  EXPECT_EQ(*read(0, 0), 0u);
+  EXPECT_EQ(pieces, 0u);
+  EXPECT_EQ(s->ReadRange("nope", 0, 10, [](uint64_t, std::string_view) { return Status::Ok(); }).err(),
+            ENOENT);
+}
+
+// A sink that fails ends the read with its own status, and is not called again.
+TYPED_TEST(ObjectStoreContractTest, ReadRangeStopsAtAFailingSink) {
+  ObjectStore* s = this->store_.get();
+  ASSERT_TRUE(s->Put("k", Bytes(300 * 1024, 6)).ok());
+  int calls = 0;
+  Result<uint64_t> n = s->ReadRange("k", 0, UINT64_MAX, [&](uint64_t, std::string_view) {
+    calls++;
+    return Status::Error(ENOSPC, "cache full");
+  });
+  EXPECT_EQ(n.err(), ENOSPC);
+  EXPECT_NE(n.status().message().find("cache full"), std::string::npos) << n.status().ToString();
+  EXPECT_EQ(calls, 1);
 }
 
 TYPED_TEST(ObjectStoreContractTest, MissingObjectsAreEnoent) {

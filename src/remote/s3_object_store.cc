@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <ctime>
 #include <functional>
 #include <memory>
@@ -298,13 +299,29 @@ Status S3ObjectStore::AbortMultipart(const std::string& key, const std::string& 
 
 Result<std::string> S3ObjectStore::GetRange(const std::string& key, uint64_t offset,
                                             uint64_t length) {
+  std::string data;
+  const bool whole = offset == 0 && length == UINT64_MAX;
+  if (!whole) data.reserve(std::min(length, kMaxReserve));
+  Result<uint64_t> n = ReadRange(key, offset, length, [&data](uint64_t at, std::string_view piece) {
+    // Pieces come in order; a retried request starts again at 0.
+    data.resize(at);
+    data.append(piece);
+    return Status::Ok();
+  });
+  if (!n.ok()) return n.status();
+  data.resize(*n);
+  return data;
+}
+
+Result<uint64_t> S3ObjectStore::ReadRange(const std::string& key, uint64_t offset, uint64_t length,
+                                          const RangeSink& sink) {
   Result<std::string> s3_key = S3Key(key);
   if (!s3_key.ok()) return s3_key.status();
   if (length == 0) {
     // No byte range means "zero bytes"; only existence is left to report.
     Result<ObjectInfo> info = Head(key);
     if (!info.ok()) return info.status();
-    return std::string();
+    return uint64_t{0};
   }
   Request req;
   req.method = "GET";
@@ -317,30 +334,60 @@ Result<std::string> S3ObjectStore::GetRange(const std::string& key, uint64_t off
   }
   // 416: the range starts at or past the end of the object.
   req.accepted_status = 416;
-  std::string data;
-  req.make_sink = [&data, offset, length, whole]() {
-    data.clear();
-    if (!whole) data.reserve(std::min(length, kMaxReserve));
-    auto skipped = std::make_shared<uint64_t>(0);
-    return [&data, skipped, offset, length, whole](int status, std::string_view chunk) {
+
+  // curl hands over the body in callbacks of at most 16 KiB; they are
+  // gathered into pieces of kSinkPiece, so a sink that writes a file makes
+  // a quarter of the system calls (and takes the file's lock a quarter as
+  // often). Larger pieces cost more than they save; see kSinkPiece.
+  const auto buf = std::make_unique_for_overwrite<char[]>(kSinkPiece);
+  // Per attempt: bytes handed to the sink, bytes gathered after them, bytes
+  // of a whole-object answer skipped. A failing sink ends the read (it is
+  // not retried).
+  uint64_t delivered = 0;
+  size_t filled = 0;
+  uint64_t skipped = 0;
+  Status sink_failed;
+  auto flush = [&]() {
+    if (filled == 0) return true;
+    Status st = sink(delivered, std::string_view(buf.get(), filled));
+    if (!st.ok()) {
+      sink_failed = std::move(st);
+      return false;
+    }
+    delivered += filled;
+    filled = 0;
+    return true;
+  };
+  req.make_sink = [&]() -> std::function<bool(int, std::string_view)> {
+    delivered = 0;
+    filled = 0;
+    skipped = 0;
+    return [&](int status, std::string_view chunk) {
       // A 200 to a ranged request is the whole object: the server ignored
       // the Range (S3 never does; some S3-compatible servers might).
-      if (status == 200 && !whole && *skipped < offset) {
-        const uint64_t drop = std::min<uint64_t>(offset - *skipped, chunk.size());
+      if (status == 200 && !whole && skipped < offset) {
+        const uint64_t drop = std::min<uint64_t>(offset - skipped, chunk.size());
         chunk.remove_prefix(drop);
-        *skipped += drop;
+        skipped += drop;
       }
       // Never more than asked for, whatever the server sends.
-      if (data.size() < length) {
-        data.append(chunk.substr(0, std::min<uint64_t>(chunk.size(), length - data.size())));
+      chunk = chunk.substr(0, std::min<uint64_t>(chunk.size(), length - delivered - filled));
+      while (!chunk.empty()) {
+        const size_t n = std::min(chunk.size(), kSinkPiece - filled);
+        std::memcpy(buf.get() + filled, chunk.data(), n);
+        filled += n;
+        chunk.remove_prefix(n);
+        if (filled == kSinkPiece && !flush()) return false;
       }
       return true;
     };
   };
   Result<HttpResponse> resp = Execute(req, "get " + key);
+  if (resp.ok() && resp->status != 416) flush();
+  if (!sink_failed.ok()) return sink_failed;
   if (!resp.ok()) return resp.status();
-  if (resp->status == 416) return std::string();
-  return data;
+  if (resp->status == 416) return uint64_t{0};
+  return delivered;
 }
 
 Result<ObjectInfo> S3ObjectStore::Head(const std::string& key) {

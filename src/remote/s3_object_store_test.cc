@@ -521,6 +521,41 @@ TEST_F(S3FaultTest, ResetConnectionsAreRetried) {
   EXPECT_EQ(server.request_count(), 3u);
 }
 
+// A body cut short is fetched again, and the sink sees the retry start
+// again at 0 with the whole range; it never sees the partial piece that was
+// still being gathered.
+TEST_F(S3FaultTest, ReadRangeStartsAgainAtZeroAfterARetry) {
+  const std::string data = Bytes(200 * 1024, 3);
+  int calls = 0;
+  FakeHttpServer server([&](const FakeHttpRequest&) {
+    FakeHttpResponse r = FakeHttpResponse::Ok(++calls == 1 ? data.substr(0, 150 * 1024) : data);
+    r.status = 206;
+    // The first answer promises more than it sends, then hangs up.
+    if (calls == 1) {
+      r.headers = {{"Content-Length", std::to_string(data.size())}, {"Connection", "close"}};
+    }
+    return r;
+  });
+  std::unique_ptr<ObjectStore> s = Open(server);
+  std::string got;
+  std::vector<uint64_t> ats;
+  Result<uint64_t> n = s->ReadRange("k", 0, data.size(), [&](uint64_t at, std::string_view piece) {
+    EXPECT_LE(at, got.size());
+    ats.push_back(at);
+    got.resize(at);
+    got.append(piece);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, data.size());
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(server.request_count(), 2u);
+  EXPECT_EQ(std::count(ats.begin(), ats.end(), 0u), 2);  // each attempt from the start
+  for (size_t i = 0; i < ats.size(); i++) {
+    if (ats[i] != 0) EXPECT_EQ(ats[i] % S3ObjectStore::kSinkPiece, 0u);  // whole pieces
+  }
+}
+
 TEST_F(S3FaultTest, StalledTransfersTimeOutAndAreRetried) {
   int calls = 0;
   FakeHttpServer server([&](const FakeHttpRequest&) {

@@ -178,7 +178,10 @@ class RemoteTier : public TierHooks {
   std::atomic<uint64_t> bytes_fetched_{0};
 
   std::mutex fetch_mu_;
-  std::condition_variable fetch_cv_;  // a chunk changed state; read-ahead queued
+  // Two conditions, so that a finished chunk wakes only the readers waiting
+  // for chunks and a queued read-ahead job only one idle fetcher.
+  std::condition_variable fetch_cv_;  // read-ahead queued; stop (fetchers wait)
+  std::condition_variable chunk_cv_;  // a chunk changed state (readers wait)
   std::unordered_map<uint64_t, Presence> presence_;  // GUARDED_BY(fetch_mu_)
   struct ReadAhead {
     uint64_t ino;
