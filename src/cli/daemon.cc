@@ -18,6 +18,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   std::unique_ptr<Daemon> d(new Daemon());
   d->options_ = options;
   d->events_ = std::make_unique<EventLog>(options.cache_dir + "/events.jsonl");
+  d->events_->SetLogSink(stderr, options.log_level);
   auto manifest = OpenRocksDbManifestStore(options.cache_dir + "/manifest");
   if (!manifest.ok()) {
     if (manifest.err() == EBUSY) {

@@ -28,6 +28,8 @@ const char* const kMountUsage =
     "  --commit-idle SECONDS  commit a step after SECONDS without writes or open files\n"
     "  --commit-wait SECONDS  how long a commit waits for open files to close (default 600)\n"
     "  -o OPTIONS             FUSE mount options (comma-separated), e.g. -o allow_other\n"
+    "  --log-level LEVEL      events also logged to stderr (journald; CACHE/ckptfs.log in the\n"
+    "                         background): debug, info (default), warning, error\n"
     "\n"
     "object storage (SPEC section 4; steps are uploaded in the background):\n"
     "  --remote URL           s3://BUCKET/PREFIX or file:///DIR\n"
@@ -121,7 +123,7 @@ Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text)
 Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
-    kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket,
+    kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -145,6 +147,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"cache-full-wait", required_argument, nullptr, kCacheFullWait},
       {"upload-parallel", required_argument, nullptr, kUploadParallel},
       {"writer-socket", required_argument, nullptr, kWriterSocket},
+      {"log-level", required_argument, nullptr, kLogLevel},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -242,6 +245,11 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         o.tier.upload_files = static_cast<int>(n);
         break;
       }
+      case kLogLevel:
+        if (!ParseLogLevel(optarg, &o.log_level)) {
+          return Status::Error(EINVAL, std::string("--log-level takes debug, info, warning or error, not '") + optarg + "'");
+        }
+        break;
       case kWriterSocket:
         if (std::string(optarg) == "none") {
           o.writer_socket_off = true;

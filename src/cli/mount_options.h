@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "control/event_log.h"
 #include "namespace/filesystem.h"
 #include "tiering/open_remote.h"
 #include "tiering/remote_tier.h"
@@ -29,6 +30,8 @@ struct MountOptions {
   // <cache>/writer.sock. writer_socket_off: --writer-socket none.
   std::string writer_socket;
   bool writer_socket_off = false;
+  // Events at or above this level also go to stderr (--log-level).
+  LogLevel log_level = LogLevel::kInfo;
 };
 
 // "100G", "512MiB", "1.5T", "4096": binary units (K = 1024).

@@ -5,6 +5,52 @@
 
 namespace ckptfs {
 
+bool ParseLogLevel(const std::string& text, LogLevel* level) {
+  if (text == "debug") {
+    *level = LogLevel::kDebug;
+  } else if (text == "info") {
+    *level = LogLevel::kInfo;
+  } else if (text == "warning" || text == "warn") {
+    *level = LogLevel::kWarning;
+  } else if (text == "error") {
+    *level = LogLevel::kError;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const char* LogLevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarning:
+      return "warning";
+    case LogLevel::kError:
+      return "error";
+  }
+  return "?";
+}
+
+LogLevel EventLog::LevelOf(const nlohmann::json& event) {
+  const std::string kind = event.value("event", "");
+  const std::string suffix = "_error";
+  if (kind == "error" ||
+      (kind.size() > suffix.size() && kind.compare(kind.size() - suffix.size(), suffix.size(), suffix) == 0)) {
+    return LogLevel::kError;
+  }
+  if (kind == "broken") return LogLevel::kWarning;
+  return LogLevel::kInfo;
+}
+
+void EventLog::SetLogSink(FILE* sink, LogLevel level) {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_sink_ = sink;
+  log_level_ = level;
+}
+
 EventLog::EventLog(std::string path, size_t capacity) : path_(std::move(path)), capacity_(capacity) {
   if (path_.empty()) return;
   {
@@ -35,9 +81,14 @@ void EventLog::Append(nlohmann::json event) {
     event["time"] = static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
   }
   const std::string kind = event.value("event", "");
+  const LogLevel level = LevelOf(event);
   std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::lock_guard<std::mutex> lock(mu_);
   counts_[kind]++;
+  if (log_sink_ && level >= log_level_) {
+    std::fprintf(log_sink_, "ckptfs: %s: %s\n", LogLevelName(level), line.c_str());
+    std::fflush(log_sink_);
+  }
   if (file_) {
     std::fprintf(file_, "%s\n", line.c_str());
     std::fflush(file_);

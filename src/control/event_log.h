@@ -15,6 +15,13 @@
 
 namespace ckptfs {
 
+// How much of the event stream also goes to the daemon's log (stderr, which
+// journald collects under systemd): --log-level.
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+// "debug", "info", "warning" (or "warn"), "error"; false otherwise.
+bool ParseLogLevel(const std::string& text, LogLevel* level);
+const char* LogLevelName(LogLevel level);
+
 class EventLog {
  public:
   // path may be empty (memory only). Reloads the last lines of the file.
@@ -31,6 +38,13 @@ class EventLog {
   // How many events of each kind ("commit", "error", ...) since start.
   std::map<std::string, uint64_t> Counts() const;
 
+  // Also writes every event at or above level to sink, one line each:
+  // "ckptfs: error: {...}". nullptr turns it off (the default).
+  void SetLogSink(FILE* sink, LogLevel level);
+  // Errors (the event "error", kinds ending in "_error") are kError; a step
+  // found broken is kWarning; everything else (commits, prunes, mounts) kInfo.
+  static LogLevel LevelOf(const nlohmann::json& event);
+
  private:
   const std::string path_;
   const size_t capacity_;
@@ -38,6 +52,8 @@ class EventLog {
   std::deque<std::string> lines_;  // GUARDED_BY(mu_)
   FILE* file_ = nullptr;           // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> counts_;  // GUARDED_BY(mu_)
+  FILE* log_sink_ = nullptr;                // GUARDED_BY(mu_)
+  LogLevel log_level_ = LogLevel::kInfo;    // GUARDED_BY(mu_)
 };
 
 }  // namespace ckptfs
