@@ -13,11 +13,17 @@ build_pkgs=(
   libgtest-dev libgmock-dev googletest
   libzstd-dev libcurl4-openssl-dev libssl-dev
 )
+# Debian packages (packaging/build-deb.sh, the 'packaging' test suite): the
+# debhelper tool chain, dh-python for the Python binding, lintian.
+deb_pkgs=(
+  dpkg-dev debhelper dh-python fakeroot lintian
+)
 # Tests: xattr tools, pytest and torch 1.13 for /usr/bin/python3, node/npm
 # for the S3 test server (s3rver, installed below), and the AWS CLI and s3fs
-# to look at what ckptfs wrote to S3 from the outside.
+# to look at what ckptfs wrote to S3 from the outside; crcmod (a C CRC32C)
+# checks the writer library's checksums independently of ours.
 test_pkgs=(
-  attr python3-pytest python3-torch
+  attr python3-pytest python3-torch python3-crcmod python3-numpy
   nodejs npm
   awscli s3fs
 )
@@ -38,7 +44,7 @@ is_installed() {
 }
 
 missing=()
-for pkg in "${build_pkgs[@]}" "${test_pkgs[@]}"; do
+for pkg in "${build_pkgs[@]}" "${deb_pkgs[@]}" "${test_pkgs[@]}"; do
   is_installed "$pkg" && continue
   # NodeSource's nodejs bundles npm and conflicts with Debian's npm package.
   if [[ "$pkg" == npm ]] && command -v npm >/dev/null; then continue; fi
