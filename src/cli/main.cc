@@ -102,8 +102,27 @@ int Mount(int argc, char** argv) {
   return (*daemon)->Run();
 }
 
+bool WantsHelp(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) return true;
+  }
+  return false;
+}
+
+// Exit codes of every subcommand: 0 success, 1 the operation failed, 2 the
+// command line is wrong (fsck adds 3: problems found and all repaired).
+int UsageError(const char* usage) {
+  std::fprintf(stderr, "%s\n", usage);
+  return 2;
+}
+
 int Commit(int argc, char** argv) {
-  if (argc < 2) return Fail("usage: ckptfs commit STEP_DIR...");
+  const char* usage =
+      "usage: ckptfs commit STEP_DIR...\n"
+      "Commits each step directory now (as setfattr -n user.ckptfs.commit -v 1 does) and waits\n"
+      "for the outcome; prints why a step cannot be committed. Exit 0 when all committed.";
+  if (WantsHelp(argc, argv)) return std::puts(usage), 0;
+  if (argc < 2) return UsageError(usage);
   int rc = 0;
   for (int i = 1; i < argc; ++i) {
     const char* path = argv[i];
@@ -138,8 +157,11 @@ int Commit(int argc, char** argv) {
 // `ckptfs retention --dry-run RUN_DIR`: what retention would keep and remove
 // now, and why, read from the daemon through a computed xattr.
 int Retention(int argc, char** argv) {
-  const char* usage = "usage: ckptfs retention --dry-run RUN_DIR";
-  if (argc != 3 || std::string(argv[1]) != "--dry-run") return Fail(usage);
+  const char* usage =
+      "usage: ckptfs retention --dry-run RUN_DIR\n"
+      "Shows which steps of RUN_DIR retention keeps and removes now, and why (nothing is removed).";
+  if (WantsHelp(argc, argv)) return std::puts(usage), 0;
+  if (argc != 3 || std::string(argv[1]) != "--dry-run") return UsageError(usage);
   const char* path = argv[2];
   if (access(path, F_OK) != 0) return Fail(std::string(path) + ": " + std::strerror(errno));
   if (FsTypeOf(path) != "fuse.ckptfs") return Fail(std::string(path) + ": not on a ckptfs mount");
