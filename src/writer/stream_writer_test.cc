@@ -15,26 +15,13 @@
 
 #include "common/crc32c.h"
 #include "common/temp_dir_for_test.h"
+#include "writer/writer_test_util.h"
 
 namespace ckptfs::writer {
 namespace {
 
-std::string Pattern(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&s[i], &v, std::min<size_t>(8, n - i));
-  }
-  return s;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using writer_test::Pattern;
+using writer_test::Slurp;
 
 struct Case {
   size_t size;

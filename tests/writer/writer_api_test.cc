@@ -17,25 +17,12 @@
 #include "ckptfs/writer.hpp"
 #include "common/crc32c.h"  // an implementation independent of the library's copy
 #include "common/temp_dir_for_test.h"
+#include "writer/writer_test_util.h"
 
 namespace {
 
-std::string Pattern(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&s[i], &v, std::min<size_t>(8, n - i));
-  }
-  return s;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using ckptfs::writer_test::Pattern;
+using ckptfs::writer_test::Slurp;
 
 class WriterApiSizes : public ::testing::TestWithParam<size_t> {};
 
