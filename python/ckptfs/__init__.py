@@ -15,13 +15,4 @@ from .writer import (  # noqa: F401  (re-exported)
     save_safetensors,
 )
 
-__all__ = [
-    "LibraryNotFoundError",
-    "Writer",
-    "WriterError",
-    "WriterInfo",
-    "build_info",
-    "cuda_available",
-    "library_path",
-    "save_safetensors",
-]
+from .writer import __all__  # noqa: E402  (one list of public names, in writer.py)
