@@ -21,11 +21,13 @@ deb_pkgs=(
 # Tests: xattr tools, pytest and torch 1.13 for /usr/bin/python3, node/npm
 # for the S3 test server (s3rver, installed below), and the AWS CLI and s3fs
 # to look at what ckptfs wrote to S3 from the outside; crcmod (a C CRC32C)
-# checks the writer library's checksums independently of ours.
+# checks the writer library's checksums independently of ours; clang-14 and
+# its libFuzzer build the format readers' fuzz targets (tests/fuzz).
 test_pkgs=(
   attr python3-pytest python3-torch python3-crcmod python3-numpy
   nodejs npm
   awscli s3fs
+  clang-14 libclang-rt-14-dev
 )
 
 log() { echo "install-deps: $*"; }

@@ -27,6 +27,8 @@ const char* const kMountUsage =
     "                         defaults .metadata, .metadata.json, metadata.json\n"
     "  --commit-idle SECONDS  commit a step after SECONDS without writes or open files\n"
     "  --commit-wait SECONDS  how long a commit waits for open files to close (default 600)\n"
+    "  --show-full            list the hidden .full/ directories of committed checkpoints\n"
+    "                         (full-tensor views; always reachable by name)\n"
     "  -o OPTIONS             FUSE mount options (comma-separated), e.g. -o allow_other\n"
     "  --log-level LEVEL      events also logged to stderr (journald; CACHE/ckptfs.log in the\n"
     "                         background): debug, info (default), warning, error\n"
@@ -123,7 +125,7 @@ Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text)
 Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
-    kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel,
+    kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -148,6 +150,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"upload-parallel", required_argument, nullptr, kUploadParallel},
       {"writer-socket", required_argument, nullptr, kWriterSocket},
       {"log-level", required_argument, nullptr, kLogLevel},
+      {"show-full", no_argument, nullptr, kShowFull},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -172,6 +175,9 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         break;
       case 'f':
         o.foreground = true;
+        break;
+      case kShowFull:
+        o.fs.show_full = true;
         break;
       case kStepPattern: {
         auto p = StepPattern::Compile(optarg);

@@ -46,6 +46,8 @@ class Histogram {
 struct FsMetrics {
   std::atomic<uint64_t> fuse_bytes_written{0};
   std::atomic<uint64_t> fuse_bytes_read{0};
+  // Bytes read from `.full/` views (also counted in fuse_bytes_read).
+  std::atomic<uint64_t> view_bytes_read{0};
   std::atomic<uint64_t> commits{0};
   std::atomic<uint64_t> commits_failed{0};
   std::atomic<uint64_t> steps_broken{0};

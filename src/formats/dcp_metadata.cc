@@ -27,13 +27,11 @@ class OutputBudget {
   Status Charge(const DcpStorageEntry& e) {
     uint64_t n = sizeof e + e.fqn.size() + e.relative_path.size();
     if (e.chunk_offsets) n += 8 * e.chunk_offsets->size();
-    for (const std::string& d : e.transform_descriptors) n += sizeof d + d.size();
-    return Charge(n);
+    return Charge(n);  // transform_descriptors are charged as they are parsed
   }
   Status Charge(const DcpTensor& t) {
     uint64_t n = sizeof t + t.fqn.size() + t.dtype.size() + 8 * t.size.size();
-    for (const DcpChunk& c : t.chunks) n += sizeof c + 8 * (c.offsets.size() + c.sizes.size());
-    return Charge(n);
+    return Charge(n);  // chunks are charged as they are parsed
   }
 
  private:
@@ -91,11 +89,25 @@ Result<uint64_t> RequireSize(const PickleValue& obj, std::string_view attr,
   return static_cast<uint64_t>(v->int_value);
 }
 
+// The dataclasses read here have a handful of attributes; a state dict much
+// larger than that would make every Attr() lookup a long scan.
+constexpr size_t kMaxAttributes = 64;
+bool HasSmallState(const PickleValue& obj) {
+  const PickleValue* s = obj.state;
+  if (s == nullptr) return true;
+  if (s->kind == Kind::kDict) return s->entries.size() <= kMaxAttributes;
+  if (s->kind == Kind::kTuple && s->items.size() == 2) {
+    return s->items[0]->entries.size() + s->items[1]->entries.size() <= kMaxAttributes;
+  }
+  return true;
+}
+
 Result<DcpStorageEntry> ParseStorageEntry(const PickleValue& key, const PickleValue& info,
-                                          size_t position) {
+                                          size_t position, OutputBudget* budget) {
   std::string where = "storage_data entry " + std::to_string(position);
   if (key.kind != Kind::kObject) return Bad(where + ": key is not a MetadataIndex");
   if (info.kind != Kind::kObject) return Bad(where + ": value is not a _StorageInfo");
+  if (!HasSmallState(key) || !HasSmallState(info)) return Bad(where + ": too many attributes");
   DcpStorageEntry e;
   Result<std::string> fqn = RequireString(key, "fqn", where + " MetadataIndex");
   if (!fqn.ok()) return fqn.status();
@@ -134,6 +146,7 @@ Result<DcpStorageEntry> ParseStorageEntry(const PickleValue& key, const PickleVa
     }
     for (const PickleValue* d : td->items) {
       if (d->kind != Kind::kString) return Bad(where + " transform_descriptors holds a non-str");
+      CKPTFS_RETURN_IF_ERROR(budget->Charge(sizeof(std::string) + d->text.size()));
       e.transform_descriptors.push_back(d->text);
     }
   }
@@ -158,8 +171,9 @@ Result<std::string> ParseDtype(const PickleValue* props, const std::string& wher
   return dtype->name();
 }
 
-Result<DcpTensor> ParseTensor(std::string fqn, const PickleValue& meta) {
+Result<DcpTensor> ParseTensor(std::string fqn, const PickleValue& meta, OutputBudget* budget) {
   std::string where = "tensor " + Quote(fqn);
+  if (!HasSmallState(meta)) return Bad(where + " has too many attributes");
   DcpTensor t;
   t.fqn = std::move(fqn);
   Result<std::string> dtype = ParseDtype(meta.Attr("properties"), where);
@@ -176,6 +190,8 @@ Result<DcpTensor> ParseTensor(std::string fqn, const PickleValue& meta) {
   }
   for (const PickleValue* c : chunks->items) {
     if (c->kind != Kind::kObject) return Bad(where + " has a chunk that is not an object");
+    if (!HasSmallState(*c)) return Bad(where + " has a chunk with too many attributes");
+    CKPTFS_RETURN_IF_ERROR(budget->Charge(sizeof(DcpChunk) + 16 * t.size.size()));
     const PickleValue* offsets = c->Attr("offsets");
     const PickleValue* sizes = c->Attr("sizes");
     if (offsets == nullptr || sizes == nullptr)
@@ -214,7 +230,7 @@ Status ParseStateDictMetadata(const PickleValue& sdm, OutputBudget* budget, DcpM
       out->byte_items.push_back(key->text);
       continue;
     }
-    Result<DcpTensor> t = ParseTensor(key->text, *value);
+    Result<DcpTensor> t = ParseTensor(key->text, *value, budget);
     if (!t.ok()) return t.status();
     CKPTFS_RETURN_IF_ERROR(budget->Charge(*t));
     out->tensors.push_back(std::move(t).value());
@@ -255,7 +271,7 @@ Result<DcpMetadata> ParseDcpMetadata(std::string_view bytes, const DcpParseOptio
   }
   for (size_t i = 0; i < storage->entries.size(); ++i) {
     Result<DcpStorageEntry> e =
-        ParseStorageEntry(*storage->entries[i].first, *storage->entries[i].second, i);
+        ParseStorageEntry(*storage->entries[i].first, *storage->entries[i].second, i, &budget);
     if (!e.ok()) return e.status();
     CKPTFS_RETURN_IF_ERROR(budget.Charge(*e));
     out.storage.push_back(std::move(e).value());

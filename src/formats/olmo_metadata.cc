@@ -12,6 +12,12 @@ namespace {
 
 using nlohmann::json;
 
+// A value for a message: arrays and objects only by type, since dump()
+// recurses once per nesting level of the input.
+std::string Show(const json& v) {
+  return v.is_structured() ? std::string("an ") + v.type_name() : v.dump();
+}
+
 bool AddTo(uint64_t* acc, uint64_t v) { return !__builtin_add_overflow(*acc, v, acc); }
 bool MulTo(uint64_t* acc, uint64_t v) { return !__builtin_mul_overflow(*acc, v, acc); }
 
@@ -24,7 +30,7 @@ Result<std::vector<int64_t>> IntList(const json& v, const std::string& what) {
   std::vector<int64_t> out;
   for (const json& d : v) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62))
-      return Status::Error(EIO, what + " holds " + d.dump() + ", not a size");
+      return Status::Error(EIO, what + " holds " + Show(d) + ", not a size");
     out.push_back(static_cast<int64_t>(d.get<uint64_t>()));
   }
   return out;
@@ -35,7 +41,7 @@ Status ParseRanges(const json& v, uint64_t numel, std::vector<std::pair<uint64_t
   if (!v.is_array()) return Status::Error(EIO, "flattened offsets are not a list");
   auto one = [&](const json& r) {
     if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() || !r[1].is_number_unsigned())
-      return Status::Error(EIO, "flattened offset " + r.dump() + " is not [start, end]");
+      return Status::Error(EIO, "flattened offset " + Show(r) + " is not [start, end]");
     const uint64_t s = r[0].get<uint64_t>(), e = r[1].get<uint64_t>();
     if (e < s || e > numel) {
       return Status::Error(EIO, "flattened offset " + r.dump() + " is outside the tensor's " +
@@ -90,7 +96,7 @@ Result<OlmoShardSpec> ParseSpec(const std::string& file, const json& spec,
                                   std::to_string(shape.size()) + " dimensions");
   }
   for (size_t d = 0; d < shape.size(); ++d) {
-    if ((*offset)[d] + (*local)[d] > shape[d]) {
+    if ((*offset)[d] > shape[d] || (*local)[d] > shape[d] - (*offset)[d]) {
       return Status::Error(EIO, "the box at " + go->dump() + " of shape " + ls->dump() +
                                     " is outside the tensor");
     }

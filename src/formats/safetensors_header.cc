@@ -81,6 +81,10 @@ Result<SafetensorsHeader> Parse(uint64_t header_length, std::string_view text) {
     }
     cursor = t.end;
   }
+  if (cursor > UINT64_MAX - h.data_start()) {
+    return Bad("data_offsets end at " + std::to_string(cursor) +
+               ", past the largest possible file");
+  }
   h.data_size = cursor;
   return h;
 }

@@ -357,8 +357,10 @@ Result<PickleDocument> ReadDataPickle(const Container& c, const TorchZipLimits& 
 // cycle), so depth and total visits are bounded.
 class StateDictWalker {
  public:
-  StateDictWalker(const Container& c, size_t node_count)
-      : c_(c), visits_left_(std::max<size_t>(size_t{1} << 16, 4 * node_count)) {}
+  StateDictWalker(const Container& c, size_t node_count, uint64_t pickle_bytes)
+      : c_(c),
+        visits_left_(std::max<size_t>(size_t{1} << 16, 4 * node_count)),
+        key_bytes_left_(32 * pickle_bytes + (uint64_t{1} << 20)) {}
 
   Status Walk(const PickleValue& v, const std::string& key, int depth) {
     if (visits_left_-- == 0) return Bad("data.pkl shares values too often to walk");
@@ -375,13 +377,16 @@ class StateDictWalker {
         } else if (k->kind == Kind::kInt) {
           name = std::to_string(k->int_value);
         } else {
+          CKPTFS_RETURN_IF_ERROR(ChargeKey(key, "?"));
           out_.skipped.push_back(Join(key, "?") + ": a " + PickleKindName(k->kind) + " key");
           continue;
         }
+        CKPTFS_RETURN_IF_ERROR(ChargeKey(key, name));
         CKPTFS_RETURN_IF_ERROR(Walk(*child, Join(key, name), depth + 1));
       }
     } else if (v.kind == Kind::kList || v.kind == Kind::kTuple) {
       for (size_t i = 0; i < v.items.size(); ++i) {
+        CKPTFS_RETURN_IF_ERROR(ChargeKey(key, std::to_string(i)));
         CKPTFS_RETURN_IF_ERROR(Walk(*v.items[i], Join(key, std::to_string(i)), depth + 1));
       }
     }
@@ -391,6 +396,15 @@ class StateDictWalker {
   TorchSaveContents Take() { return std::move(out_); }
 
  private:
+  // Keys repeat their parents' keys, and the memo lets one long string be
+  // reached along many paths: bound the bytes of all keys built together.
+  Status ChargeKey(const std::string& key, const std::string& name) {
+    uint64_t n = key.size() + 1 + name.size();
+    if (n > key_bytes_left_) return Bad("data.pkl keys would be far larger than the file");
+    key_bytes_left_ -= n;
+    return Status::Ok();
+  }
+
   static std::string Join(const std::string& key, const std::string& name) {
     return key.empty() ? name : key + "." + name;
   }
@@ -415,6 +429,7 @@ class StateDictWalker {
 
   const Container& c_;
   size_t visits_left_;
+  uint64_t key_bytes_left_;
   std::unordered_set<std::string> emitted_;
   TorchSaveContents out_;
 };
@@ -599,7 +614,7 @@ Result<TorchSaveContents> ReadTorchSaveTensors(const ByteSource& source, uint64_
   Container c{source, *z};
   Result<PickleDocument> doc = ReadDataPickle(c, limits);
   if (!doc.ok()) return doc.status();
-  StateDictWalker walker(c, doc->node_count());
+  StateDictWalker walker(c, doc->node_count(), z->Find("data.pkl")->size);
   CKPTFS_RETURN_IF_ERROR(walker.Walk(doc->root(), "", 0));
   return walker.Take();
 }

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "data/data_store.h"
+#include "views/view_reader.h"
 
 namespace ckptfs {
 
@@ -22,6 +24,10 @@ class FileHandle {
   // ranges of this object first (RemoteTier keeps what was fetched).
   std::string remote_key;
   uint64_t remote_size = 0;
+  // `.full/` view files: assembled from the checkpoint's shards on each
+  // read; view_mu serializes reads (the kernel may send several at once).
+  std::unique_ptr<ViewFileReader> view;
+  std::mutex view_mu;
 };
 
 }  // namespace ckptfs

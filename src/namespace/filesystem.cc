@@ -2,6 +2,7 @@
 // inodes, building entries and stat buffers, linking and unlinking, and
 // applying manifest batches.
 #include "namespace/filesystem.h"
+#include "views/full_view_cache.h"
 
 #include <fcntl.h>
 
@@ -23,7 +24,8 @@ FileSystem::FileSystem(FileSystemOptions options, StepPattern pattern,
       data_(std::move(data)),
       clock_(clock),
       events_(events),
-      start_time_(clock->Now()) {}
+      start_time_(clock->Now()),
+      full_views_(std::make_unique<FullViewCache>()) {}
 
 FileSystem::~FileSystem() {
   // Persist sizes of files still open so a clean stop loses no metadata.

@@ -66,6 +66,9 @@ struct FileSystemOptions {
   // A remote tier is configured (--remote): closed files of steps are
   // queued for upload and steps become persisted (SPEC section 4).
   bool remote = false;
+  // List the hidden `.full/` directories in readdir (--show-full); they are
+  // reachable by name either way.
+  bool show_full = false;
   // Shown in status.json.
   std::string mountpoint;
   std::string cache_dir;
@@ -79,6 +82,11 @@ inline constexpr uint64_t kStatusFileIno = kVirtualBit | 2;
 inline constexpr uint64_t kEventsFileIno = kVirtualBit | 3;
 inline constexpr uint64_t kMetricsFileIno = kVirtualBit | 4;
 inline constexpr uint64_t kLatestBit = 1ULL << 62;  // kLatestBit | run dir ino
+// `.full/` views: kFullViewBit | (format root dir ino << 24) | view node
+// (filesystem_full.cc). Rebuilding a view gives the same node numbers, so
+// these stay valid while the step exists.
+inline constexpr uint64_t kFullViewBit = 1ULL << 61;
+inline constexpr int kFullNodeBits = 24;
 inline constexpr const char* kControlDirName = ".ckptfs";
 inline constexpr const char* kLatestName = "latest";
 
@@ -121,6 +129,8 @@ struct Caller {
 };
 
 class FileHandle;
+class FullView;
+class FullViewCache;
 
 // One row of status.json.
 struct StepSummary {
@@ -508,8 +518,38 @@ class FileSystem {
   UploadProgress ProgressLocked(uint64_t step_ino);
   void CollectTree(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete);
 
+  // `.full/` views (filesystem_full.cc). Entry points call these before
+  // taking mu_: building a view reads the checkpoint's metadata.
+  static bool IsFullIno(uint64_t ino) {
+    return (ino & (kVirtualBit | kLatestBit | kFullViewBit)) == kFullViewBit;
+  }
+  // nullopt: not a `.full` name here (a real entry, not a committed
+  // checkpoint directory); the ordinary lookup goes on.
+  std::optional<Result<Entry>> LookupFullDir(uint64_t parent);
+  Result<Entry> LookupInFull(uint64_t parent, const std::string& name);
+  Result<Attr> GetAttrFull(uint64_t ino);
+  Result<std::vector<DirEntry>> ReaddirFull(uint64_t ino, uint64_t offset, size_t max);
+  Result<Opened> OpenFull(uint64_t ino, int flags);
+  Result<size_t> ReadFull(FileHandle* fh, void* buf, size_t n, uint64_t offset);
+  Result<std::string> GetXattrFull(uint64_t ino, const std::string& name);
+  Result<std::vector<std::string>> ListXattrFull(uint64_t ino);
+  // The view of a format root directory inside a committed step: ENOENT when
+  // there is none, EIO (reported as an event once) when its metadata is bad.
+  Result<std::shared_ptr<const FullView>> ViewOf(uint64_t dir_ino);
+  // The file at a path relative to dir (for a view's shard reads), or 0.
+  // REQUIRES: mu_ held.
+  uint64_t ResolveRelative(uint64_t dir_ino, const std::string& path);
+  // Shows `.full` in dir's readdir (--show-full). REQUIRES: mu_ held.
+  bool ListsFullDir(Inode* dir);
+  void ReportViewError(uint64_t ino, const std::string& path, const Status& st);
+  // Read without counting it as a FUSE read (a view reading its shards):
+  // fetches what is only in the remote, then reads the backing file.
+  Status EnsureReadable(FileHandle* fh, uint64_t offset, size_t n);
+  Result<size_t> ReadBacking(FileHandle* fh, void* buf, size_t n, uint64_t offset);
+  friend class FsShardReader;
+
   // Virtual nodes (filesystem_virtual.cc).
-  bool IsVirtual(uint64_t ino) const { return (ino & (kVirtualBit | kLatestBit)) != 0; }
+  bool IsVirtual(uint64_t ino) const { return (ino & (kVirtualBit | kLatestBit | kFullViewBit)) != 0; }
   static Status NotPermittedVirtual() {
     return Status::Error(EPERM, "ckptfs control entries and 'latest' links are managed by ckptfs");
   }
@@ -544,6 +584,7 @@ class FileSystem {
   uint64_t fsyncdir_seq_ = 0;  // GUARDED_BY(mu_)
 
   FsMetrics metrics_;
+  std::unique_ptr<FullViewCache> full_views_;
   std::atomic<int> open_writers_total_{0};
   std::atomic<int64_t> last_save_activity_ns_{0};
 

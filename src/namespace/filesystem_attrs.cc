@@ -28,6 +28,7 @@ bool IsStepXattrName(const std::string& name) {
 }  // namespace
 
 Result<Attr> FileSystem::GetAttr(uint64_t ino) {
+  if (IsFullIno(ino)) return GetAttrFull(ino);
   std::lock_guard<std::mutex> lock(mu_);
   if (IsVirtual(ino)) return GetAttrVirtual(ino);
   Inode* inode = Find(ino);
@@ -76,6 +77,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
 }
 
 Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) {
+  if (IsFullIno(ino)) return GetXattrFull(ino, name);
   std::lock_guard<std::mutex> lock(mu_);
   if (IsVirtual(ino)) return Status::Error(ENODATA, "no such attribute");
   if (!Find(ino)) return Status::Error(ENOENT, "no such inode");
@@ -102,6 +104,7 @@ Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) 
 }
 
 Result<std::vector<std::string>> FileSystem::ListXattr(uint64_t ino) {
+  if (IsFullIno(ino)) return ListXattrFull(ino);
   std::lock_guard<std::mutex> lock(mu_);
   if (IsVirtual(ino)) return std::vector<std::string>{};
   Inode* inode = Find(ino);

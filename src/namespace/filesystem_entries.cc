@@ -4,11 +4,12 @@
 #include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
 
 #include "namespace/filesystem.h"
+#include "views/view_names.h"
 
 namespace ckptfs {
 
 namespace {
-constexpr uint64_t kFirstRealOffset = 4;  // after ".", "..", ".ckptfs", "latest"
+constexpr uint64_t kFirstRealOffset = 4;  // after ".", "..", ".ckptfs" or ".full", "latest"
 constexpr size_t kSymlinkMax = 4095;
 
 }  // namespace
@@ -35,6 +36,10 @@ Result<Inode*> FileSystem::PrepareNewEntry(std::unique_lock<std::mutex>& lock, u
 
 Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
   if (name.size() > 255) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
+  if (IsFullIno(parent)) return LookupInFull(parent, name);
+  if (name == kFullDirName) {
+    if (std::optional<Result<Entry>> full = LookupFullDir(parent)) return *full;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (IsVirtual(parent)) return LookupVirtual(parent, name);
   auto dir = FindDir(parent);
@@ -347,6 +352,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 }
 
 Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset, size_t max) {
+  if (IsFullIno(ino)) return ReaddirFull(ino, offset, max);
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<DirEntry> out;
   if (ino == kControlDirIno) {
@@ -367,6 +373,10 @@ Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset,
   if (offset < 2 && out.size() < max) out.push_back(DirEntry{"..", d->rec.parent ? d->rec.parent : ino, S_IFDIR, 2});
   if (offset < 3 && out.size() < max && ino == kRootIno && !HasRealChild(d, kControlDirName)) {
     out.push_back(DirEntry{kControlDirName, kControlDirIno, S_IFDIR, 3});
+  }
+  // Offset 3 is the root's .ckptfs; no checkpoint lives in the root itself.
+  if (offset < 3 && out.size() < max && ino != kRootIno && ListsFullDir(d)) {
+    out.push_back(DirEntry{kFullDirName, kFullViewBit | (ino << kFullNodeBits), S_IFDIR, 3});
   }
   if (offset < 4 && out.size() < max && !HasRealChild(d, kLatestName) && LatestStepOf(ino) != 0) {
     out.push_back(DirEntry{kLatestName, kLatestBit | ino, S_IFLNK, 4});

@@ -17,6 +17,7 @@ bool WantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 }  // namespace
 
 Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
+  if (IsFullIno(ino)) return OpenFull(ino, flags);
   std::unique_lock<std::mutex> lock(mu_);
   if (ino == kStatusFileIno || ino == kEventsFileIno || ino == kMetricsFileIno) {
     if (WantsWrite(flags)) return Status::Error(EROFS, "ckptfs control files are read-only");
@@ -110,6 +111,10 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
 }
 
 Result<size_t> FileSystem::Read(FileHandle* fh, void* buf, size_t n, uint64_t offset) {
+  if (fh->view) {
+    metrics_.fuse_bytes_read += n;
+    return ReadFull(fh, buf, n, offset);
+  }
   if (!fh->file) {
     if (offset >= fh->content.size()) return size_t{0};
     const size_t len = std::min<size_t>(n, fh->content.size() - offset);
@@ -117,6 +122,10 @@ Result<size_t> FileSystem::Read(FileHandle* fh, void* buf, size_t n, uint64_t of
     return len;
   }
   CKPTFS_RETURN_IF_ERROR(PrepareRead(fh, offset, n));
+  return ReadBacking(fh, buf, n, offset);
+}
+
+Result<size_t> FileSystem::ReadBacking(FileHandle* fh, void* buf, size_t n, uint64_t offset) {
   if (!fh->remote_key.empty() && offset < fh->remote_size) {
     n = static_cast<size_t>(std::min<uint64_t>(n, fh->remote_size - offset));
   }
@@ -125,6 +134,10 @@ Result<size_t> FileSystem::Read(FileHandle* fh, void* buf, size_t n, uint64_t of
 
 Status FileSystem::PrepareRead(FileHandle* fh, uint64_t offset, size_t n) {
   metrics_.fuse_bytes_read += n;
+  return EnsureReadable(fh, offset, n);
+}
+
+Status FileSystem::EnsureReadable(FileHandle* fh, uint64_t offset, size_t n) {
   if (fh->remote_key.empty() || !tier_ || offset >= fh->remote_size) return Status::Ok();
   const size_t len = static_cast<size_t>(std::min<uint64_t>(n, fh->remote_size - offset));
   return tier_->EnsureLocal(fh->ino, fh->remote_key, fh->remote_size, fh->file.get(), offset, len);
@@ -244,6 +257,11 @@ Status FileSystem::Release(FileHandle* fh) {
 }
 
 Status FileSystem::OpenDir(uint64_t ino) {
+  if (IsFullIno(ino)) {
+    Result<Attr> attr = GetAttrFull(ino);
+    if (!attr.ok()) return attr.status();
+    return S_ISDIR(attr->attr.st_mode) ? Status::Ok() : Status::Error(ENOTDIR, "not a directory");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (ino == kControlDirIno) return Status::Ok();
   if (IsVirtual(ino)) return Status::Error(ENOTDIR, "not a directory");

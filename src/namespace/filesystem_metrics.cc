@@ -15,6 +15,8 @@ std::string FileSystem::RenderMetricsLocked() {
           metrics_.fuse_bytes_written.load());
   counter("ckptfs_fuse_read_bytes_total", "Bytes asked for by reads through the FUSE mount.",
           metrics_.fuse_bytes_read.load());
+  counter("ckptfs_view_read_bytes_total", "Bytes read from .full/ views (full tensors assembled from shards).",
+          metrics_.view_bytes_read.load());
   counter("ckptfs_writer_fastpath_bytes_total",
           "Bytes written by writer-library clients straight into backing files.",
           metrics_.writer_fastpath_bytes.load());
