@@ -73,6 +73,7 @@ expect_cmd "mount /m --cache /c --step-pattern ckpt-(\\d+)* --commit-marker done
 expect_cmd "mount /m --cache /c --remote s3://b/p --s3-region eu-west-1 --s3-addressing path --cache-size 2T --cache-full-wait 10 --upload-parallel 4 --writer-socket none --log-level debug -o fsname=/c" \
   /c /m -o remote=s3://b/p,s3-region=eu-west-1,s3-addressing=path,cache-size=2T,cache-full-wait=10,upload-parallel=4,writer-socket=none,log_level=debug
 expect_cmd "mount /m --cache /c --remote s3://b/p?x=1 -o fsname=/c" /c /m -o 'remote=s3://b/p?x=1'
+expect_cmd "mount /m --cache /c --show-full -o fsname=/c,ro" /c /m -o ro,show-full
 # Errors name the option.
 expect_error "unknown option 'bogus=1'" /c /m -o keep-last=3,bogus=1
 expect_error "unknown option 'big_writes'" /c /m -o big_writes
@@ -81,6 +82,7 @@ expect_error "option 'remote' needs a value" /c /m -o remote
 expect_error "option 'keep-last' needs a value" /c /m -o keep-last=
 expect_error "the cache directory is the mount source" /c /m -o cache=/other
 expect_error "option 'foreground' cannot be used" /c /m -o foreground
+expect_error "option 'show-full' takes no value" /c /m -o show-full=1
 expect_error "filesystem type 'ext4' is not fuse.ckptfs" /c /m -t ext4
 expect_error "unexpected argument 'extra'" /c /m extra
 expect_error "usage: mount.fuse.ckptfs CACHE_DIR MOUNTPOINT" /c
@@ -97,12 +99,13 @@ if CKPTFS_BIN=/opt/ckptfs sh "$helper" --help | grep -q "keep-last=N"; then
 else
   fail "--help does not list keep-last=N"
 fi
-# Every ckptfs mount flag that takes a value has its option (the helper
-# follows `ckptfs mount --help`; --cache is the source, the rest are ours).
+# Every ckptfs mount flag has its option, NAME=VALUE or a bare NAME for
+# flags without a value (the helper follows `ckptfs mount --help`; --cache is
+# the source, the rest are ours).
 flags=$("$ckptfs" mount --help | grep -oE '^  --[a-z0-9-]+' | sed 's/^  --//' | sort -u)
 for flag in $flags; do
   case $flag in cache | foreground | help) continue ;; esac
-  if CKPTFS_BIN=/opt/ckptfs sh "$helper" --help | grep -qE "(^| )$flag="; then
+  if CKPTFS_BIN=/opt/ckptfs sh "$helper" --help | grep -qE "(^| )$flag(=| |\$)"; then
     pass "ckptfs mount --$flag is a helper option"
   else
     fail "ckptfs mount --$flag has no $flag= option in the mount helper"
