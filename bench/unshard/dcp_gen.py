@@ -17,26 +17,18 @@ Prints {"tensors": {fqn: [shape]}, "bytes": N, "seconds": S} with --json.
 Python 3.11: the dataclasses hash patch is applied before torch is imported (see
 tests/integration/dcp_save.py).
 """
-import dataclasses
 import json
 import math
 import os
-import socket
 import sys
 import time
 import traceback
 
-_orig_process_class = dataclasses._process_class
+import os as _os
 
-
-def _process_class(cls, *args, **kwargs):
-    cls = _orig_process_class(cls, *args, **kwargs)
-    if cls.__dict__.get("__hash__", object.__hash__) is None:
-        cls.__hash__ = object.__hash__
-    return cls
-
-
-dataclasses._process_class = _process_class
+# The torch 1.13 shim lives with the tests (tests/integration/torch113_compat.py).
+sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tests", "integration"))
+from torch113_compat import free_port  # noqa: E402,F401  (must come before torch)
 
 import torch  # noqa: E402
 
@@ -109,12 +101,6 @@ def _worker(rank, world, port, path, kind, nbytes, errq):
     except BaseException:
         errq.put(f"rank {rank}:\n{traceback.format_exc()}")
         raise
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv):

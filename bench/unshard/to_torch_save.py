@@ -9,22 +9,15 @@ own resharding reads every chunk), then `torch.save` the dict of full tensors.
 Only tensors whose FQN starts with --prefix are kept (default "model."; the output keys
 drop it, as model.safetensors does). Prints {"load_s", "save_s", "bytes"} as JSON.
 """
-import dataclasses
 import json
 import sys
 import time
 
-_orig_process_class = dataclasses._process_class
+import os as _os
 
-
-def _process_class(cls, *args, **kwargs):
-    cls = _orig_process_class(cls, *args, **kwargs)
-    if cls.__dict__.get("__hash__", object.__hash__) is None:
-        cls.__hash__ = object.__hash__
-    return cls
-
-
-dataclasses._process_class = _process_class
+# The torch 1.13 shim lives with the tests (tests/integration/torch113_compat.py).
+sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tests", "integration"))
+from torch113_compat import free_port  # noqa: E402,F401  (must come before torch)
 
 import torch  # noqa: E402
 import torch.distributed._shard.checkpoint as dcp  # noqa: E402

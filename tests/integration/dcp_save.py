@@ -19,23 +19,11 @@ instances as dataclass field defaults, which 3.11 rejects as "mutable
 defaults" unless the class is hashable.  We give unhashable dataclasses the
 identity hash *before* torch is imported.
 """
-import dataclasses
 import os
-import socket
 import sys
 import traceback
 
-_orig_process_class = dataclasses._process_class
-
-
-def _process_class(cls, *args, **kwargs):
-    cls = _orig_process_class(cls, *args, **kwargs)
-    if cls.__dict__.get("__hash__", object.__hash__) is None:
-        cls.__hash__ = object.__hash__
-    return cls
-
-
-dataclasses._process_class = _process_class
+from torch113_compat import free_port  # noqa: E402,F401  (must come before torch)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -148,12 +136,6 @@ def _worker(rank, world, port, mode, path, errq, single_file):
     except BaseException:
         errq.put(f"rank {rank}:\n{traceback.format_exc()}")
         raise
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv):

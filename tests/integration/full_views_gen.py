@@ -45,28 +45,16 @@ dataclass field defaults, which 3.11 rejects unless the class is hashable; the
 identity hash is given to unhashable dataclasses *before* torch is imported (as
 dcp_save.py does).
 """
-import dataclasses
 import io
 import json
 import math
 import os
 import pickle
-import socket
 import sys
 import traceback
 import zlib
 
-_orig_process_class = dataclasses._process_class
-
-
-def _process_class(cls, *args, **kwargs):
-    cls = _orig_process_class(cls, *args, **kwargs)
-    if cls.__dict__.get("__hash__", object.__hash__) is None:
-        cls.__hash__ = object.__hash__
-    return cls
-
-
-dataclasses._process_class = _process_class
+from torch113_compat import free_port  # noqa: E402,F401  (must come before torch)
 
 import torch  # noqa: E402
 
@@ -213,12 +201,6 @@ def _worker(rank, world, port, path, errq, single_file):
     except BaseException:
         errq.put(f"rank {rank}:\n{traceback.format_exc()}")
         raise
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _write(path, data):
