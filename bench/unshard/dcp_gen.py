@@ -22,13 +22,10 @@ import math
 import os
 import sys
 import time
-import traceback
-
-import os as _os
 
 # The torch 1.13 shim lives with the tests (tests/integration/torch113_compat.py).
-sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tests", "integration"))
-from torch113_compat import free_port  # noqa: E402,F401  (must come before torch)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "integration"))
+from torch113_compat import run_gloo_ranks  # noqa: E402  (must come before torch)
 
 import torch  # noqa: E402
 
@@ -72,40 +69,28 @@ def value_at(shape, flat_index, i):
     return float((flat_index + 7919 * i) % MOD)
 
 
-def _worker(rank, world, port, path, kind, nbytes, errq):
-    try:
-        import torch.distributed as dist
-        import torch.distributed._shard.checkpoint as dcp
-        from torch.distributed._shard import sharded_tensor
-        from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+def _worker(rank, world, path, kind, nbytes):
+    import torch.distributed._shard.checkpoint as dcp
+    from torch.distributed._shard import sharded_tensor
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
 
-        torch.set_num_threads(1)
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        sd = {}
-        for fqn, (shape, dim, i) in layout(kind, nbytes, world).items():
-            if dim is None:
-                sd[fqn] = block(shape, [0] * len(shape), list(shape), i)
-                continue
-            spec = ChunkShardingSpec(dim=dim, placements=[f"rank:{r}/cpu" for r in range(world)])
-            st = sharded_tensor.empty(spec, *shape, dtype=torch.float32)
-            for shard in st.local_shards():
-                md = shard.metadata
-                shard.tensor.copy_(block(shape, md.shard_offsets, md.shard_sizes, i))
-            sd[fqn] = st
-        dcp.save_state_dict(sd, dcp.FileSystemWriter(path))
-        del sd
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException:
-        errq.put(f"rank {rank}:\n{traceback.format_exc()}")
-        raise
+    sd = {}
+    for fqn, (shape, dim, i) in layout(kind, nbytes, world).items():
+        if dim is None:
+            sd[fqn] = block(shape, [0] * len(shape), list(shape), i)
+            continue
+        spec = ChunkShardingSpec(dim=dim, placements=[f"rank:{r}/cpu" for r in range(world)])
+        st = sharded_tensor.empty(spec, *shape, dtype=torch.float32)
+        for shard in st.local_shards():
+            md = shard.metadata
+            shard.tensor.copy_(block(shape, md.shard_offsets, md.shard_sizes, i))
+        sd[fqn] = st
+    dcp.save_state_dict(sd, dcp.FileSystemWriter(path))
+    del sd
 
 
 def main(argv):
     import argparse
-    import torch.multiprocessing as mp
 
     ap = argparse.ArgumentParser()
     ap.add_argument("path")
@@ -115,16 +100,9 @@ def main(argv):
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    ctx = mp.get_context("spawn")
-    errq = ctx.SimpleQueue()
-    try:
-        mp.spawn(_worker, args=(a.world_size, free_port(), a.path, a.kind, a.bytes, errq),
-                 nprocs=a.world_size, join=True)
-    except Exception as e:  # noqa: BLE001
-        msgs = []
-        while not errq.empty():
-            msgs.append(errq.get())
-        sys.stderr.write(f"DCP save failed: {e}\n" + "\n".join(msgs) + "\n")
+    error = run_gloo_ranks(_worker, a.world_size, a.path, a.kind, a.bytes)
+    if error:
+        sys.stderr.write(f"DCP save failed: {error}\n")
         return 1
     lay = layout(a.kind, a.bytes, a.world_size)
     total = sum(math.prod(s) * 4 for s, _, _ in lay.values())

@@ -10,14 +10,13 @@ Only tensors whose FQN starts with --prefix are kept (default "model."; the outp
 drop it, as model.safetensors does). Prints {"load_s", "save_s", "bytes"} as JSON.
 """
 import json
+import os
 import sys
 import time
 
-import os as _os
-
 # The torch 1.13 shim lives with the tests (tests/integration/torch113_compat.py).
-sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tests", "integration"))
-from torch113_compat import free_port  # noqa: E402,F401  (must come before torch)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "integration"))
+import torch113_compat  # noqa: E402,F401  (must come before torch)
 
 import torch  # noqa: E402
 import torch.distributed._shard.checkpoint as dcp  # noqa: E402

@@ -19,15 +19,11 @@ instances as dataclass field defaults, which 3.11 rejects as "mutable
 defaults" unless the class is hashable.  We give unhashable dataclasses the
 identity hash *before* torch is imported.
 """
-import os
 import sys
-import traceback
 
-from torch113_compat import free_port  # noqa: E402,F401  (must come before torch)
+from torch113_compat import run_gloo_ranks  # noqa: E402  (must come before torch)
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 import torch.distributed._shard.checkpoint as dcp  # noqa: E402
 from torch.distributed._shard import sharded_tensor  # noqa: E402
 from torch.distributed._shard.sharding_spec import ChunkShardingSpec  # noqa: E402
@@ -117,25 +113,16 @@ def check_state_dict(sd):
     return errors
 
 
-def _worker(rank, world, port, mode, path, errq, single_file):
-    try:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        if mode == "save":
-            sd = build_state_dict(world, fill=True)
-            dcp.save_state_dict(sd, dcp.FileSystemWriter(path, single_file_per_rank=single_file))
-        else:
-            sd = build_state_dict(world, fill=False)
-            dcp.load_state_dict(sd, dcp.FileSystemReader(path))
-            errs = check_state_dict(sd)
-            if errs:
-                raise AssertionError(f"rank {rank}: " + "; ".join(errs))
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException:
-        errq.put(f"rank {rank}:\n{traceback.format_exc()}")
-        raise
+def _worker(rank, world, mode, path, single_file):
+    if mode == "save":
+        sd = build_state_dict(world, fill=True)
+        dcp.save_state_dict(sd, dcp.FileSystemWriter(path, single_file_per_rank=single_file))
+    else:
+        sd = build_state_dict(world, fill=False)
+        dcp.load_state_dict(sd, dcp.FileSystemReader(path))
+        errs = check_state_dict(sd)
+        if errs:
+            raise AssertionError(f"rank {rank}: " + "; ".join(errs))
 
 
 def main(argv):
@@ -148,16 +135,9 @@ def main(argv):
     ap.add_argument("--single-file-per-rank", action="store_true")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    ctx = mp.get_context("spawn")
-    errq = ctx.SimpleQueue()
-    try:
-        mp.spawn(_worker, args=(a.world_size, free_port(), a.mode, a.path, errq, a.single_file_per_rank),
-                 nprocs=a.world_size, join=True)
-    except Exception as e:  # ProcessRaisedException etc.
-        msgs = []
-        while not errq.empty():
-            msgs.append(errq.get())
-        sys.stderr.write(f"dcp {a.mode} failed: {e}\n" + "\n".join(msgs) + "\n")
+    error = run_gloo_ranks(_worker, a.world_size, a.mode, a.path, a.single_file_per_rank)
+    if error:
+        sys.stderr.write(f"dcp {a.mode} failed: {error}\n")
         return 1
     print(f"dcp {a.mode} ok: {a.path}")
     return 0

@@ -51,10 +51,9 @@ import math
 import os
 import pickle
 import sys
-import traceback
 import zlib
 
-from torch113_compat import free_port  # noqa: E402,F401  (must come before torch)
+from torch113_compat import run_gloo_ranks  # noqa: E402  (must come before torch)
 
 import torch  # noqa: E402
 
@@ -168,39 +167,28 @@ def tensor_bytes(t):
 
 # ----------------------------------------------------------------------------- save
 
-def _worker(rank, world, port, path, errq, single_file):
-    try:
-        import torch.distributed as dist
-        import torch.distributed._shard.checkpoint as dcp
-        from torch.distributed._shard import sharded_tensor
-        from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+def _worker(rank, world, path, single_file):
+    import torch.distributed._shard.checkpoint as dcp
+    from torch.distributed._shard import sharded_tensor
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
 
-        torch.set_num_threads(1)
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        sd = {}
-        for name, (shape, dtype, dim) in SHARDED.items():
-            spec = ChunkShardingSpec(dim=dim, placements=[f"rank:{r}/cpu" for r in range(world)])
-            st = sharded_tensor.empty(spec, *shape, dtype=dtype)
-            full = full_value(name, shape, dtype)
-            for shard in st.local_shards():
-                md = shard.metadata
-                idx = tuple(slice(o, o + s) for o, s in zip(md.shard_offsets, md.shard_sizes))
-                shard.tensor.copy_(full[idx])
-            sd[name] = st
-        for name, (shape, dtype, layout) in PLAIN.items():
-            sd[name] = stored_value(name, shape, dtype, layout)
-        for name, value in OBJECTS.items():
-            sd[name] = value
-        for name, value in BYTESIO.items():
-            sd[name] = io.BytesIO(value)
-        dcp.save_state_dict(sd, dcp.FileSystemWriter(path, single_file_per_rank=single_file))
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException:
-        errq.put(f"rank {rank}:\n{traceback.format_exc()}")
-        raise
+    sd = {}
+    for name, (shape, dtype, dim) in SHARDED.items():
+        spec = ChunkShardingSpec(dim=dim, placements=[f"rank:{r}/cpu" for r in range(world)])
+        st = sharded_tensor.empty(spec, *shape, dtype=dtype)
+        full = full_value(name, shape, dtype)
+        for shard in st.local_shards():
+            md = shard.metadata
+            idx = tuple(slice(o, o + s) for o, s in zip(md.shard_offsets, md.shard_sizes))
+            shard.tensor.copy_(full[idx])
+        sd[name] = st
+    for name, (shape, dtype, layout) in PLAIN.items():
+        sd[name] = stored_value(name, shape, dtype, layout)
+    for name, value in OBJECTS.items():
+        sd[name] = value
+    for name, value in BYTESIO.items():
+        sd[name] = io.BytesIO(value)
+    dcp.save_state_dict(sd, dcp.FileSystemWriter(path, single_file_per_rank=single_file))
 
 
 def _write(path, data):
@@ -244,17 +232,9 @@ def read_storage(ckpt_dir):
 
 
 def save(ckpt_dir, exp_dir, world, single_file):
-    import torch.multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    errq = ctx.SimpleQueue()
-    try:
-        mp.spawn(_worker, args=(world, free_port(), ckpt_dir, errq, single_file),
-                 nprocs=world, join=True)
-    except Exception as e:  # ProcessRaisedException etc.
-        msgs = []
-        while not errq.empty():
-            msgs.append(errq.get())
-        sys.stderr.write(f"DCP save failed: {e}\n" + "\n".join(msgs) + "\n")
+    error = run_gloo_ranks(_worker, world, ckpt_dir, single_file)
+    if error:
+        sys.stderr.write(f"DCP save failed: {error}\n")
         return 1
 
     md, storage = read_storage(ckpt_dir)

@@ -27,3 +27,42 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _rank_main(rank, world, port, errq, fn, args):
+    # Runs in each spawned process: torch is imported here, after the patch.
+    import os
+    import traceback
+
+    import torch
+    import torch.distributed as dist
+
+    try:
+        torch.set_num_threads(1)
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        fn(rank, world, *args)
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        errq.put(f"rank {rank}:\n{traceback.format_exc()}")
+        raise
+
+
+def run_gloo_ranks(fn, world, *args):
+    """Runs fn(rank, world, *args) in `world` spawned processes joined in a gloo
+    process group on 127.0.0.1 (fn must be importable: a module-level function).
+    Returns None when every rank succeeded, else the error text of the failed ranks."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    errq = ctx.SimpleQueue()
+    try:
+        mp.spawn(_rank_main, args=(world, free_port(), errq, fn, args), nprocs=world, join=True)
+    except Exception as e:  # ProcessRaisedException etc.
+        msgs = []
+        while not errq.empty():
+            msgs.append(errq.get())
+        return f"{e}\n" + "\n".join(msgs)
+    return None
