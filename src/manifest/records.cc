@@ -128,7 +128,7 @@ bool InodeRecord::operator==(const InodeRecord& o) const {
 bool StepRecord::operator==(const StepRecord& o) const {
   return state == o.state && step == o.step && SameTime(committed_at, o.committed_at) &&
          bytes == o.bytes && files == o.files && error == o.error && ephemeral == o.ephemeral &&
-         persisted == o.persisted;
+         persisted == o.persisted && session == o.session && best_ref == o.best_ref;
 }
 
 const char* StepStateName(StepState state) {
@@ -255,6 +255,12 @@ std::string EncodeStep(const StepRecord& rec) {
   e.String(rec.error);
   e.U8(rec.ephemeral ? 1 : 0);
   e.U8(rec.persisted ? 1 : 0);
+  // Trailing fields added later are written only when set, so records of
+  // steps that do not use them stay readable by older versions.
+  if (rec.session != 0 || !rec.best_ref.empty()) {
+    e.U64(rec.session);
+    e.String(rec.best_ref);
+  }
   return std::move(e).Finish();
 }
 
@@ -272,6 +278,10 @@ Result<StepRecord> DecodeStep(std::string_view value) {
   rec.error = d.String();
   rec.ephemeral = d.Bool();
   if (d.HasMore()) rec.persisted = d.Bool();
+  if (d.HasMore()) {
+    rec.session = d.U64();
+    rec.best_ref = d.String();
+  }
   if (!d.Done()) return Corrupt("step");
   return rec;
 }

@@ -67,6 +67,17 @@ struct StepRecord {
   // (SPEC section 4). Encoded as an optional trailing byte: records written
   // before the remote tier existed decode as not persisted.
   bool persisted = false;
+  // Who triggered the commit: an opaque identity of the trainer process that
+  // closed the marker or wrote the run's index file (pid and start time), 0
+  // when unknown (explicit, idle and rename commits). The recis retention
+  // preset counts only steps of the newest step's session, as RecIS's Saver
+  // only prunes what its own process saved. Optional trailing field.
+  uint64_t session = 0;
+  // The name of the checkpoint the trainer itself calls best, as this step
+  // recorded it (Hugging Face trainer_state.json best_model_checkpoint,
+  // basename only); "" when none. Used by the hf retention preset. Optional
+  // trailing field.
+  std::string best_ref;
 
   bool operator==(const StepRecord&) const;
 };

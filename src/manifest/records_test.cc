@@ -163,6 +163,23 @@ TEST(RecordsTest, StepEphemeralFlagRoundTrips) {
   EXPECT_EQ(DecodeStep(encoded).err(), EIO);
 }
 
+TEST(RecordsTest, StepSessionAndBestRoundTripAndOldRecordsDecode) {
+  StepRecord rec = SampleStep();
+  const std::string without = EncodeStep(rec);
+  rec.session = 0x1234'5678'9abcULL;
+  rec.best_ref = "checkpoint-200";
+  const std::string with = EncodeStep(rec);
+  EXPECT_GT(with.size(), without.size());
+  EXPECT_EQ(*DecodeStep(with), rec);
+  // A record without the trailing fields (an older version's) decodes as
+  // unknown session and no best checkpoint.
+  StepRecord old = *DecodeStep(without);
+  EXPECT_EQ(old.session, 0u);
+  EXPECT_EQ(old.best_ref, "");
+  // Cut inside the trailing fields: corrupt, not silently shortened.
+  EXPECT_EQ(DecodeStep(with.substr(0, with.size() - 3)).err(), EIO);
+}
+
 TEST(RecordsTest, StepRoundTripEdgeValues) {
   StepRecord rec;
   rec.state = StepState::kIncomplete;
