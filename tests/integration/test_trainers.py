@@ -229,8 +229,8 @@ def test_deepspeed_latest_over_a_committed_step(ckptfs, tag_format):
     """A run whose newest step is committed before DeepSpeed writes its first `latest` (the
     first save with save_latest=False, committed with `ckptfs commit`); DeepSpeed resumed
     with an explicit tag then saves with open("latest", "w"), which must create a real file
-    (not EISDIR by following a virtual link to the step directory), from which a later
-    process resumes. With DeepSpeed's default tags (global_step<N>) ckptfs shows no virtual
+    (not EISDIR by following a virtual link to the step directory), which names the new
+    step. With DeepSpeed's default tags (global_step<N>) ckptfs shows no virtual
     link at all; with a custom tag (step<N>) the virtual link is there until DeepSpeed's
     file replaces it."""
     from trainers import deepspeed as ds
@@ -250,11 +250,9 @@ def test_deepspeed_latest_over_a_committed_step(ckptfs, tag_format):
         check_latest(m, run_rel, first)
     log.add(run_phase("deepspeed", dict(run=run, save_interval=2, steps=4, load_tag=first,
                                         tag_format=tag_format)))
-    assert latest_file(m, run_rel) == second
+    assert latest_file(m, run_rel) == second == ds.discover(run)
     check_steps(m, run_rel, log)
     check_listing(m, run_rel, log, is_prefixed(tag_format[:-2]))
-    p3 = log.add(run_phase("deepspeed", dict(run=run, save_interval=2, steps=4)))
-    assert p3.loaded == second == ds.discover(run)
 
 
 @pytest.mark.timeout_s(60)
@@ -351,17 +349,21 @@ def test_late_rank_gets_its_file_into_the_step(ckptfs, trainer):
 
 @pytest.mark.timeout_s(300)
 def test_retention_preset_olmo_core(make_ckptfs):
-    """remove=never in the trainer, `--retention olmo-core:save_interval=4,ephemeral=2` in
-    ckptfs: the steps left are those OLMo-core's ephemeral_only rule leaves (the newest
-    ephemeral checkpoint stays until the next ephemeral one; the final post-train
-    checkpoint stays)."""
+    """remove="never" in the trainer, `--retention olmo-core:save_interval=4,ephemeral=2` in
+    ckptfs: the steps left are those OLMo-core's default ephemeral_only rule leaves (the
+    newest ephemeral checkpoint stays until the next ephemeral one, also across processes;
+    the final post-train checkpoint stays)."""
     m = expect_retention_mount(make_ckptfs, "olmo-core:save_interval=4,ephemeral=2")
     run_rel = "olmo/run1"
     run = m.path(run_rel)
     cfg = olmo_cfg(run, max_steps=7, remove="never")
     log = RunLog()
     p1 = log.add(run_phase("olmo_core", cfg))
-    assert p1.removed == [] and p1.saved == ["step0", "step2", "step4", "step6", "step7"]
+    assert p1.saved == ["step0", "step2", "step4", "step6", "step7"]
+    # remove="never" only stops the cleanup of earlier runs' ephemeral checkpoints: the
+    # callback still removes its own superseded ephemeral step2 (after ckptfs did: OLMo-core
+    # ignores the FileNotFoundError)
+    assert set(p1.removed) <= {"step2"}
     alive = ["step0", "step4", "step6", "step7"]
     check_steps(m, run_rel, log, alive=alive)
     check_listing(m, run_rel, log, is_olmo_step, alive=alive)

@@ -145,8 +145,10 @@ def check_listing(m, run_rel, log, is_step, alive=None):
     alive = log.alive if alive is None else alive
     names = set(os.listdir(m.path(run_rel)))
     steps = sorted((n for n in names if is_step(n)), key=step_number)
-    assert steps == alive, (f"{run_rel}: steps listed {steps}, expected {alive} "
-                            f"(the trainer saved {log.saved}, removed {log.removed})")
+    if steps != alive:
+        raise AssertionError(f"{run_rel}: steps listed {steps}, expected {alive} (the trainer "
+                             f"saved {log.saved}, removed {log.removed}); ckptfs: "
+                             f"{run_events(m, run_rel)}")
     others = names - set(steps)
     assert "latest" not in others or "latest" in log.run_files, \
         f"{run_rel}: the virtual `latest` is listed by readdir: {sorted(names)}"
@@ -168,3 +170,17 @@ def state_of(m, rel):
         return get_xattr(m.path(rel), "user.ckptfs.state")
     except OSError as e:
         return f"<{errno.errorcode.get(e.errno, e.errno)}>"
+
+
+def run_events(m, run_rel):
+    """The commit / prune / waiting events of a run (for failure messages)."""
+    try:
+        evs = m.events()
+    except OSError as e:
+        return f"<events unreadable: {e}>"
+    out = []
+    for e in evs:
+        if str(e.get("path", "")).startswith(run_rel + "/") and e.get("event") in (
+                "commit", "prune", "commit_waiting", "commit_failed", "broken"):
+            out.append({k: e[k] for k in ("event", "path", "reason", "error") if k in e})
+    return out
