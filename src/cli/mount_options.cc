@@ -59,7 +59,12 @@ const char* const kMountUsage =
     "  --ephemeral-every E    steps divisible by E go once a newer step commits\n"
     "  --keep-interval DUR    keep one step per DUR of commit time (90s, 30m, 6h, 2d)\n"
     "  --keep-best N          keep the N best steps by user.ckptfs.score\n"
-    "  --score-mode min|max   which scores are best (default min)\n";
+    "  --score-mode min|max   which scores are best (default min)\n"
+    "  --retention PRESET     instead of the rules above, a trainer's own pruning (per run:\n"
+    "                         setfattr -n user.ckptfs.retention -v PRESET RUN_DIR):\n"
+    "                         olmo-core:save_interval=S[,ephemeral=E][,fixed=A,B][,remove=\n"
+    "                         ephemeral_only|all_non_permanent|never], torchtitan:keep_latest_k=K,\n"
+    "                         hf:save_total_limit=L, recis:max_keep=M\n";
 
 namespace {
 
@@ -141,6 +146,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"keep-interval", required_argument, nullptr, kRetentionRule},
       {"keep-best", required_argument, nullptr, kRetentionRule},
       {"score-mode", required_argument, nullptr, kRetentionRule},
+      {"retention", required_argument, nullptr, kRetentionRule},
       {"remote", required_argument, nullptr, kRemote},
       {"s3-endpoint", required_argument, nullptr, kS3Endpoint},
       {"s3-region", required_argument, nullptr, kS3Region},
@@ -163,7 +169,9 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   while ((c = getopt_long(argc, argv, ":fho:", kLong, &long_index)) != -1) {
     switch (c) {
       case kRetentionRule: {
-        // --keep-last 3 is the rule keep_last (SPEC section 5).
+        // --keep-last 3 is the rule keep_last (SPEC section 5), --retention
+        // PRESET the rule retention; SetPolicyRule refuses a preset mixed
+        // with rules, in either order.
         std::string rule = kLong[long_index].name;
         for (char& ch : rule) ch = ch == '-' ? '_' : ch;
         Status st = SetPolicyRule(rule, optarg, &o.fs.retention);

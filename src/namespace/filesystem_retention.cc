@@ -67,11 +67,32 @@ void FileSystem::FlushInvalidations() {
   for (const auto& [parent, name] : todo) fn(parent, name);
 }
 
+// Two levels, the mount's options and the run directory's xattrs, each
+// holding either a trainer preset or union rules (SetPolicyRule and
+// ValidateXattr refuse the mix on one level):
+//  * a preset on the run (user.ckptfs.retention) is the whole policy;
+//  * else union rules set on the run (non-empty values) replace a preset
+//    of the mount, and override the mount's rules one by one as before (an
+//    empty value clears the mount's rule);
+//  * else the mount's policy.
+// Values were validated when set; a bad one (older version) is ignored.
 RetentionPolicy FileSystem::PolicyOf(Inode* run) {
+  auto preset = run->xattrs.find(std::string(kRulePrefix) + "retention");
+  if (preset != run->xattrs.end() && !preset->second.empty()) {
+    RetentionPolicy own;
+    if (SetPolicyRule("retention", preset->second, &own).ok()) return own;
+  }
   RetentionPolicy policy = options_.retention;
+  bool run_rules = false;
   for (const std::string& rule : PolicyRuleNames()) {
     auto it = run->xattrs.find(kRulePrefix + rule);
-    // Values were validated when set; a bad one (older version) is ignored.
+    if (rule != "retention" && it != run->xattrs.end() && !it->second.empty()) run_rules = true;
+  }
+  if (!run_rules) return policy;
+  policy.preset = std::nullopt;
+  for (const std::string& rule : PolicyRuleNames()) {
+    if (rule == "retention") continue;
+    auto it = run->xattrs.find(kRulePrefix + rule);
     if (it != run->xattrs.end()) (void)SetPolicyRule(rule, it->second, &policy);
   }
   return policy;
@@ -92,6 +113,9 @@ std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
     f.committed_at_s = step->second.committed_at.tv_sec;
     f.ephemeral = step->second.ephemeral;
     f.persisted = step->second.persisted;
+    f.name = name;
+    f.session = step->second.session;
+    f.best_ref = step->second.best_ref;
     auto pin = dir->xattrs.find("user.ckptfs.pin");
     f.pinned = pin != dir->xattrs.end() && pin->second == "1";
     auto score = dir->xattrs.find("user.ckptfs.score");
@@ -222,8 +246,14 @@ Status FileSystem::ValidateXattr(Inode* inode, const std::string& name, const st
     for (const std::string& r : PolicyRuleNames()) is_rule |= r == rule;
     if (!is_rule) return Status::Ok();
     if (!inode->is_dir()) return Status::Error(EINVAL, rule + " is set on run directories");
-    RetentionPolicy scratch;
-    st = SetPolicyRule(rule, value, &scratch);
+    // The run's level as it would be with the new value: a preset and rules
+    // on the same run directory are refused, whichever comes second.
+    RetentionPolicy level;
+    for (const std::string& r : PolicyRuleNames()) {
+      auto it = inode->xattrs.find(kRulePrefix + r);
+      if (r != rule && it != inode->xattrs.end()) (void)SetPolicyRule(r, it->second, &level);
+    }
+    st = SetPolicyRule(rule, value, &level);
   }
   if (!st.ok()) {
     events_->Append({{"event", "error"}, {"path", PathOfLocked(inode->rec.ino)}, {"error", st.message()}});

@@ -28,6 +28,8 @@
 //     take part in these counts and walks (they are removed afterwards), so
 //     the rules' answers do not depend on the ephemeral marking. An empty
 //     policy keeps every committed step ("no retention policy").
+//     With a trainer preset (policy.preset), the preset's verdict on the
+//     committed steps (trainer_presets.cc) takes the place of rules 3.
 //  4. A committed step that rules 3 would remove is still kept if it is the
 //     newest committed step, or the newest persisted committed step (only a
 //     committed step can have been uploaded whole); else it is removed ("not
@@ -51,12 +53,17 @@ namespace ckptfs {
 bool RetentionPolicy::empty() const {
   // score_mode only says how keep_best reads scores; it keeps nothing itself.
   return !keep_last && !keep_every && keep_steps.empty() && !ephemeral_every && !keep_interval_s &&
-         !keep_best;
+         !keep_best && !preset;
+}
+
+bool RetentionPolicy::has_rules() const {
+  return keep_last || keep_every || !keep_steps.empty() || ephemeral_every || keep_interval_s || keep_best ||
+         score_mode == ScoreMode::kMax;
 }
 
 const std::vector<std::string>& PolicyRuleNames() {
-  static const std::vector<std::string> kNames = {"keep_last",       "keep_every",    "keep_steps", "ephemeral_every",
-                                                  "keep_interval",   "keep_best",     "score_mode"};
+  static const std::vector<std::string> kNames = {"keep_last",     "keep_every", "keep_steps", "ephemeral_every",
+                                                  "keep_interval", "keep_best",  "score_mode", "retention"};
   return kNames;
 }
 
@@ -79,6 +86,22 @@ std::string_view Trim(std::string_view s) {
 
 Status Invalid(const std::string& name, const std::string& value, const std::string& what) {
   return Status::Error(EINVAL, name + ": '" + value + "' " + what);
+}
+
+// The union rules set in a policy, for messages.
+std::string RulesSet(const RetentionPolicy& p) {
+  std::string out;
+  auto add = [&](bool set, const char* name) {
+    if (set) out += (out.empty() ? "" : ", ") + std::string(name);
+  };
+  add(p.keep_last.has_value(), "keep_last");
+  add(p.keep_every.has_value(), "keep_every");
+  add(!p.keep_steps.empty(), "keep_steps");
+  add(p.ephemeral_every.has_value(), "ephemeral_every");
+  add(p.keep_interval_s.has_value(), "keep_interval");
+  add(p.keep_best.has_value(), "keep_best");
+  add(p.score_mode == ScoreMode::kMax, "score_mode");
+  return out;
 }
 
 // "3600", "90s", "30m", "6h", "2d": whole numbers only, so a value reads back
@@ -107,6 +130,27 @@ std::optional<int64_t> ParseDuration(std::string_view s) {
 // `setfattr -n user.ckptfs.keep_last -v "" RUN` undoes an earlier setting.
 // keep_steps is stored sorted and without duplicates.
 Status SetPolicyRule(const std::string& name, const std::string& value, RetentionPolicy* policy) {
+  if (name == "retention") {
+    if (value.empty()) {
+      policy->preset = std::nullopt;
+      return Status::Ok();
+    }
+    Result<RetentionPreset> preset = ParseRetentionPreset(value);
+    if (!preset.ok()) return preset.status();  // names the preset text already
+    if (policy->has_rules()) {
+      return Invalid(name, value,
+                     "cannot be combined with the rules already set (" + RulesSet(*policy) +
+                         "): a preset replaces them; use one or the other");
+    }
+    policy->preset = std::move(preset).value();
+    return Status::Ok();
+  }
+  const bool is_rule = std::find(PolicyRuleNames().begin(), PolicyRuleNames().end(), name) != PolicyRuleNames().end();
+  if (is_rule && !value.empty() && policy->preset) {
+    return Invalid(name, value,
+                   "cannot be combined with the retention preset '" + FormatRetentionPreset(*policy->preset) +
+                       "': a preset replaces the rules; use one or the other");
+  }
   std::optional<int64_t> RetentionPolicy::*positive = nullptr;
   if (name == "keep_last") positive = &RetentionPolicy::keep_last;
   if (name == "keep_every") positive = &RetentionPolicy::keep_every;
@@ -244,6 +288,16 @@ std::vector<StepDecision> PlanRetention(const RetentionPolicy& policy, const std
     }
   }
 
+  // A preset's verdicts, by input index (committed steps only).
+  std::vector<PresetVerdict> preset_verdict(n);
+  if (policy.preset) {
+    std::vector<PresetStep> shown;
+    shown.reserve(committed.size());
+    for (size_t i : committed) shown.push_back({steps[i].step, steps[i].name, steps[i].session, steps[i].best_ref, steps[i].ephemeral});
+    std::vector<PresetVerdict> v = DecideByPreset(*policy.preset, shown);
+    for (size_t k = 0; k < committed.size() && k < v.size(); ++k) preset_verdict[committed[k]] = std::move(v[k]);
+  }
+
   const bool any_committed = newest_committed != kNoStep;
   const int64_t newest_step = any_committed ? steps[newest_committed].step : 0;
   std::vector<StepDecision> out(n);
@@ -272,9 +326,6 @@ std::vector<StepDecision> PlanRetention(const RetentionPolicy& policy, const std
     // Committed. An empty policy keeps them all, trainer-marked ephemeral
     // steps included: SPEC 5 says a run with no rule loses nothing.
     if (policy.empty()) { keep("no retention policy"); continue; }
-    if (keep_every && s.step % *keep_every == 0) { keep("keep_every"); continue; }
-    if (std::binary_search(keep_steps.begin(), keep_steps.end(), s.step)) { keep("keep_steps"); continue; }
-    const bool ephemeral = s.ephemeral || (ephemeral_every && s.step % *ephemeral_every == 0);
     const bool newest = newest_committed == i;
     const bool newest_persisted_here = newest_persisted == i;
     auto safety_or_remove = [&](std::string why) {
@@ -282,6 +333,15 @@ std::vector<StepDecision> PlanRetention(const RetentionPolicy& policy, const std
       else if (newest_persisted_here) keep("newest persisted step");
       else remove(std::move(why));
     };
+    // A preset replaces the rules below; the safety rules above still win.
+    if (policy.preset) {
+      if (preset_verdict[i].keep) keep(std::move(preset_verdict[i].reason));
+      else safety_or_remove(std::move(preset_verdict[i].reason));
+      continue;
+    }
+    if (keep_every && s.step % *keep_every == 0) { keep("keep_every"); continue; }
+    if (std::binary_search(keep_steps.begin(), keep_steps.end(), s.step)) { keep("keep_steps"); continue; }
+    const bool ephemeral = s.ephemeral || (ephemeral_every && s.step % *ephemeral_every == 0);
     if (ephemeral) {
       auto next = std::upper_bound(committed_steps.begin(), committed_steps.end(), s.step);
       if (next == committed_steps.end()) keep("ephemeral, newest");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "retention/trainer_presets.h"
 
 namespace ckptfs {
 
@@ -17,6 +18,9 @@ enum class ScoreMode { kMin, kMax };
 
 // The policy of one run directory. Rules combine as a union: a step is kept
 // if any rule keeps it. A policy with no rule set keeps everything.
+// A trainer preset (rule name "retention") replaces the union rules: a
+// policy holds either a preset or rules, never both (SetPolicyRule refuses
+// the mix).
 struct RetentionPolicy {
   std::optional<int64_t> keep_last;         // keep the N newest committed steps (N >= 1)
   std::optional<int64_t> keep_every;        // steps divisible by K are permanent (K >= 1)
@@ -25,8 +29,13 @@ struct RetentionPolicy {
   std::optional<int64_t> keep_interval_s;   // keep one step per interval of commit time (seconds >= 1)
   std::optional<int64_t> keep_best;         // keep the N best-scored steps (N >= 1)
   ScoreMode score_mode = ScoreMode::kMin;
+  std::optional<RetentionPreset> preset;    // a trainer's own rules (trainer_presets.h)
 
+  // No rule and no preset: everything is kept.
   bool empty() const;
+  // Some union rule is set (score_mode = max counts: it is only ever given
+  // together with keep_best).
+  bool has_rules() const;
 };
 
 // Parses one rule from its name and text value, as given on the command line
@@ -35,7 +44,11 @@ struct RetentionPolicy {
 // for unknown names and bad values; *policy is unchanged then.
 // Names: keep_last, keep_every, keep_steps ("10,20,30"), ephemeral_every,
 // keep_interval (a duration: "3600", "90s", "30m", "6h", "2d"), keep_best,
-// score_mode ("min" or "max").
+// score_mode ("min" or "max"), retention (a trainer preset,
+// "torchtitan:keep_latest_k=3", see ParseRetentionPreset). An empty value
+// clears the rule. EINVAL for a preset on a policy with rules, or a rule on a
+// policy with a preset: a preset reproduces a trainer exactly and is not
+// mixed with rules on the same level.
 Status SetPolicyRule(const std::string& name, const std::string& value, RetentionPolicy* policy);
 // The rule names SetPolicyRule accepts, for xattr listing and validation.
 const std::vector<std::string>& PolicyRuleNames();
@@ -57,6 +70,10 @@ struct StepFacts {
   bool ephemeral = false;      // marked ephemeral by the trainer itself
   std::optional<double> score; // user.ckptfs.score
   bool open_for_writing = false;  // a file of the step is open for writing
+  // For trainer presets (StepRecord's fields of the same meaning):
+  std::string name;      // the step directory's name
+  uint64_t session = 0;  // the trainer process that committed it; 0 = unknown
+  std::string best_ref;  // the trainer's best checkpoint (basename) as recorded here
 };
 
 struct StepDecision {
@@ -78,7 +95,8 @@ struct StepDecision {
 //  * pinned steps are kept;
 //  * incomplete and broken steps older than the newest committed step are
 //    removed (even with an empty policy); newer ones are kept;
-//  * only committed steps count towards keep_last and keep_best.
+//  * only committed steps count towards keep_last and keep_best, and only
+//    committed steps are shown to a preset.
 std::vector<StepDecision> PlanRetention(const RetentionPolicy& policy, const std::vector<StepFacts>& steps,
                                         int64_t now_s);
 

@@ -68,7 +68,8 @@ StepDecision For(const std::vector<StepDecision>& d, int64_t step) {
 
 TEST(RetentionPolicyTest, RuleNames) {
   EXPECT_EQ(PolicyRuleNames(), (std::vector<std::string>{"keep_last", "keep_every", "keep_steps", "ephemeral_every",
-                                                         "keep_interval", "keep_best", "score_mode"}));
+                                                         "keep_interval", "keep_best", "score_mode",
+                                                         "retention"}));
 }
 
 TEST(RetentionPolicyTest, EmptyIgnoresScoreMode) {
