@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/process_session.h"
 #include "fastpath/fast_path_server.h"
 #include "fuse/fuse_ops.h"
 
@@ -49,6 +50,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
                    d->tier_->store()->Describe().c_str());
     }
   }
+  d->fs_->SetSessionOf(ProcessSession);
   d->coordinator_ = std::make_unique<CommitCoordinator>(d->fs_.get());
 
   // default_permissions: the kernel checks modes and owners for us.

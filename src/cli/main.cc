@@ -5,10 +5,13 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -23,7 +26,7 @@ namespace {
 
 const char* const kUsage =
     "usage: ckptfs mount MOUNTPOINT [--cache DIR] [--foreground] [options]\n"
-    "       ckptfs commit STEP_DIR...\n"
+    "       ckptfs commit [--timeout SECONDS] STEP_DIR...\n"
     "       ckptfs retention --dry-run RUN_DIR\n"
     "       ckptfs status [MOUNTPOINT] [--json]\n"
     "       ckptfs fsck CACHE_DIR [--repair] [--crc] [--json]\n"
@@ -116,40 +119,68 @@ int UsageError(const char* usage) {
   return 2;
 }
 
+// A step xattr as text ("" when absent or unreadable).
+std::string StepXattr(const char* path, const char* name) {
+  char value[4096];
+  const ssize_t n = getxattr(path, name, value, sizeof value - 1);
+  return n > 0 ? std::string(value, static_cast<size_t>(n)) : "";
+}
+
+// Asks for the commit, then follows the step's state until it is committed
+// or broken, the daemon gave the request up, or timeout_s passed. The
+// setxattr itself returns after the first attempt: it runs under the
+// kernel's lock of the step directory, which the files still to come need.
+int CommitOne(const char* path, double timeout_s) {
+  if (access(path, F_OK) != 0) return Fail(std::string(path) + ": " + std::strerror(errno));
+  if (FsTypeOf(path) != "fuse.ckptfs") return Fail(std::string(path) + ": not on a ckptfs mount");
+  if (setxattr(path, "user.ckptfs.commit", "1", 1, 0) != 0) {
+    const int err = errno;
+    if (err == ENOTSUP || err == EOPNOTSUPP) return Fail(std::string(path) + ": not on a ckptfs mount");
+    const std::string detail = StepXattr(path, "user.ckptfs.error");
+    return Fail(std::string(path) + ": " + std::strerror(err) + (detail.empty() ? "" : ": " + detail));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string last_reason;
+  for (;;) {
+    const std::string state = StepXattr(path, "user.ckptfs.state");
+    const std::string reason = StepXattr(path, "user.ckptfs.error");
+    if (state == "committed") {
+      std::printf("%s: committed\n", path);
+      return 0;
+    }
+    if (state == "broken") return Fail(std::string(path) + ": " + std::strerror(EIO) + ": step is broken: " + reason);
+    if (state.empty()) return Fail(std::string(path) + ": " + std::strerror(ENOENT) + ": the step was removed");
+    if (reason.rfind("commit timed out", 0) == 0) return Fail(std::string(path) + ": " + std::strerror(ETIMEDOUT) + ": " + reason);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Fail(std::string(path) + ": " + std::strerror(ETIMEDOUT) + ": not committed after " +
+                  std::to_string(static_cast<long>(timeout_s)) + " s: " + reason);
+    }
+    if (reason != last_reason && !reason.empty()) std::fprintf(stderr, "%s: %s\n", path, reason.c_str());
+    last_reason = reason;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 int Commit(int argc, char** argv) {
   const char* usage =
-      "usage: ckptfs commit STEP_DIR...\n"
+      "usage: ckptfs commit [--timeout SECONDS] STEP_DIR...\n"
       "Commits each step directory now (as setfattr -n user.ckptfs.commit -v 1 does) and waits\n"
-      "for the outcome; prints why a step cannot be committed. Exit 0 when all committed.";
+      "for the outcome (default at most 600 s), printing what it waits for; exit 0 when all\n"
+      "committed, 1 when a step is broken, was given up or the time ran out.";
   if (WantsHelp(argc, argv)) return std::puts(usage), 0;
-  if (argc < 2) return UsageError(usage);
+  double timeout_s = 600;
+  int first = 1;
+  if (argc >= 2 && std::string(argv[1]) == "--timeout") {
+    if (argc < 3) return UsageError(usage);
+    char* end = nullptr;
+    timeout_s = std::strtod(argv[2], &end);
+    if (end == argv[2] || *end != '\0' || !(timeout_s > 0) || timeout_s > 1e7) return UsageError(usage);
+    first = 3;
+  }
+  if (argc <= first) return UsageError(usage);
   int rc = 0;
-  for (int i = 1; i < argc; ++i) {
-    const char* path = argv[i];
-    if (access(path, F_OK) != 0) {
-      rc = 1;
-      Fail(std::string(path) + ": " + std::strerror(errno));
-      continue;
-    }
-    if (FsTypeOf(path) != "fuse.ckptfs") {
-      rc = 1;
-      Fail(std::string(path) + ": not on a ckptfs mount");
-      continue;
-    }
-    if (setxattr(path, "user.ckptfs.commit", "1", 1, 0) == 0) {
-      std::printf("%s: committed\n", path);
-      continue;
-    }
-    const int err = errno;
-    rc = 1;
-    if (err == ENOTSUP || err == EOPNOTSUPP) {
-      Fail(std::string(path) + ": not on a ckptfs mount");
-      continue;
-    }
-    char reason[4096];
-    const ssize_t n = getxattr(path, "user.ckptfs.error", reason, sizeof reason - 1);
-    std::string detail = n > 0 ? std::string(reason, static_cast<size_t>(n)) : "";
-    Fail(std::string(path) + ": " + std::strerror(err) + (detail.empty() ? "" : ": " + detail));
+  for (int i = first; i < argc; ++i) {
+    if (CommitOne(argv[i], timeout_s) != 0) rc = 1;
   }
   return rc;
 }

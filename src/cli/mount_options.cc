@@ -24,11 +24,17 @@ const char* const kMountUsage =
     "                         (default: step100, step-100, step_100, ckpt_100,\n"
     "                         checkpoint-100, global_step100, iter_0000100)\n"
     "  --commit-marker NAME   file whose close commits its step; repeatable, replaces the\n"
-    "                         defaults .metadata, .metadata.json, metadata.json\n"
+    "                         defaults .metadata, .metadata.json, metadata.json,\n"
+    "                         trainer_state.json\n"
     "  --commit-idle SECONDS  commit a step after SECONDS without writes or open files\n"
     "  --commit-wait SECONDS  how long a commit waits for open files to close (default 600)\n"
+    "  --commit-settle SECONDS  steps whose metadata lists no files (Hugging Face, DeepSpeed)\n"
+    "                         commit after SECONDS without writes, for late ranks (default 2;\n"
+    "                         0 = at once)\n"
     "  --show-full            list the hidden .full/ directories of committed checkpoints\n"
     "                         (full-tensor views; always reachable by name)\n"
+    "  --show-latest          list the virtual latest links of run directories (hidden by\n"
+    "                         default: trainers parse every entry; reachable by name)\n"
     "  -o OPTIONS             FUSE mount options (comma-separated), e.g. -o allow_other\n"
     "  --log-level LEVEL      events also logged to stderr (journald; CACHE/ckptfs.log in the\n"
     "                         background): debug, info (default), warning, error\n"
@@ -131,6 +137,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
     kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
+    kShowLatest, kCommitSettle,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -157,6 +164,8 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"writer-socket", required_argument, nullptr, kWriterSocket},
       {"log-level", required_argument, nullptr, kLogLevel},
       {"show-full", no_argument, nullptr, kShowFull},
+      {"show-latest", no_argument, nullptr, kShowLatest},
+      {"commit-settle", required_argument, nullptr, kCommitSettle},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -187,6 +196,19 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       case kShowFull:
         o.fs.show_full = true;
         break;
+      case kShowLatest:
+        o.fs.show_latest = true;
+        break;
+      case kCommitSettle: {
+        if (std::string(optarg) == "0") {
+          o.fs.commit_settle_ns = 0;
+          break;
+        }
+        auto s = ParseSeconds("--commit-settle", optarg);
+        if (!s.ok()) return Status::Error(EINVAL, "--commit-settle takes 0 or a positive number of seconds, not '" + std::string(optarg) + "'");
+        o.fs.commit_settle_ns = static_cast<int64_t>(*s * 1e9);
+        break;
+      }
       case kStepPattern: {
         auto p = StepPattern::Compile(optarg);
         if (!p.ok()) return p.status();

@@ -15,7 +15,13 @@ namespace {
 using Verdict = Completeness::Verdict;
 using nlohmann::json;
 
-Completeness Make(Verdict v, std::string reason) { return Completeness{v, std::move(reason)}; }
+Completeness Make(Verdict v, std::string reason) {
+  Completeness c;
+  c.verdict = v;
+  c.reason = std::move(reason);
+  c.lists_every_file = v == Verdict::kComplete;  // the metadata-driven checks; others clear it
+  return c;
+}
 
 std::string Bytes(uint64_t have, uint64_t need, bool at_least) {
   return " (" + std::to_string(have) + " of " + (at_least ? "at least " : "") +
@@ -283,7 +289,56 @@ std::optional<Completeness> CheckOlmoModelAndOptim(const StepFiles& step) {
   }
   if (!any) return std::nullopt;
   if (waiting) return waiting;
+  if (!step.FileSize("optim/metadata.json")) {
+    // save_model_and_optim_state writes model/ and only then optim/.
+    Completeness c = Make(Verdict::kWaiting, "waiting for optim/metadata.json (model/ is complete)");
+    c.layout_only = true;
+    return c;
+  }
   return Make(Verdict::kComplete, done);
+}
+
+// ---- RecIS -----------------------------------------------------------------
+
+Completeness CheckRecis(const StepFiles& step, uint64_t size) {
+  constexpr uint64_t kMaxShards = 1 << 20;
+  Result<std::string> text = ReadWhole(step, "io_state_count", size, 64);
+  if (!text.ok()) return Make(Verdict::kBroken, text.status().message());
+  std::string digits = *text;
+  while (!digits.empty() && (digits.back() == '\n' || digits.back() == ' ')) digits.pop_back();
+  if (digits.empty() || digits.size() > 7 || digits.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoull(digits) == 0 || std::stoull(digits) > kMaxShards) {
+    return Make(Verdict::kBroken, "io_state_count holds '" + digits + "', not a number of shards");
+  }
+  const uint64_t shards = std::stoull(digits);
+  Findings findings;
+  for (uint64_t i = 0; i < shards; ++i) {
+    const std::string path = "io_state_" + std::to_string(i) + ".pt";
+    if (!step.FileSize(path)) findings.Wait("waiting for " + path);
+  }
+  if (findings.settled()) return findings.Outcome();
+  Completeness c = Make(Verdict::kComplete, "RecIS checkpoint: " + std::to_string(shards) + " io_state shards");
+  c.lists_every_file = false;  // model.pt, extra.pt and sparse files are named nowhere
+  return c;
+}
+
+// ---- Hugging Face Trainer --------------------------------------------------
+
+Completeness CheckHfTrainer(const StepFiles& step, uint64_t size) {
+  Completeness c = Make(Verdict::kComplete, "Hugging Face Trainer checkpoint (trainer_state.json written last)");
+  c.lists_every_file = false;
+  // trainer_state.json names no files; it is only read for the best
+  // checkpoint (the hf retention preset). Unreadable, it is just a marker.
+  Result<json> doc = ReadJson(step, "trainer_state.json", size);
+  if (!doc.ok() || !doc->is_object()) return c;
+  auto best = doc->find("best_model_checkpoint");
+  if (best != doc->end() && best->is_string()) {
+    std::string path = best->get<std::string>();
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    const size_t slash = path.rfind('/');
+    c.best_ref = slash == std::string::npos ? path : path.substr(slash + 1);
+  }
+  return c;
 }
 
 Completeness Check(const StepFiles& step) {
@@ -293,7 +348,11 @@ Completeness Check(const StepFiles& step) {
   if (std::optional<uint64_t> size = step.FileSize("metadata.json"))
     return CheckMetadataJson(step, "", *size);
   if (std::optional<Completeness> c = CheckOlmoModelAndOptim(step)) return *c;
-  if (step.FileSize("model_and_optim/.metadata")) return CheckDcp(step, "model_and_optim/");
+  if (step.FileSize("model_and_optim/.metadata") || step.FileSize("train/rank0.pt")) {
+    return Make(Verdict::kWaiting, "waiting for .metadata.json (OLMo-core writes it last)");
+  }
+  if (std::optional<uint64_t> size = step.FileSize("io_state_count")) return CheckRecis(step, *size);
+  if (std::optional<uint64_t> size = step.FileSize("trainer_state.json")) return CheckHfTrainer(step, *size);
   return Make(Verdict::kUnknownFormat, "no known checkpoint metadata");
 }
 

@@ -27,7 +27,18 @@
 //  4. `model/metadata.json` and/or `optim/metadata.json` (OLMo-core's
 //     save_model_and_optim_state into the step dir): each checked as in 3; a
 //     group whose rank_0.safetensors exists without its metadata.json waits.
-//  5. `model_and_optim/.metadata` alone: the DCP under it, as in 1.
+//     A complete model/ without optim/ waits too ("layout only": OLMo-core
+//     writes model/ then optim/, but nothing lists optim/'s files).
+//  5. OLMo-core trainer layout without `.metadata.json` (`train/rank0.pt` or
+//     `model_and_optim/.metadata`): the Checkpointer renames step<N>-tmp
+//     into place and only then writes .metadata.json (with save_async even
+//     before model_and_optim/ is written): kWaiting for .metadata.json.
+//  6. `io_state_count` (RecIS Saver): it holds the number of shards N, and
+//     io_state_0.pt .. io_state_<N-1>.pt must exist; other files are not
+//     listed anywhere (kComplete without lists_every_file).
+//  7. `trainer_state.json` (Hugging Face Trainer, written after every other
+//     file of checkpoint-<N>): kComplete without lists_every_file; its
+//     best_model_checkpoint is reported as best_ref.
 //  Nothing of the above: kUnknownFormat (the daemon commits without a check).
 //  Not recognised, so kUnknownFormat: DCP without collectives (`__R.metadata`
 //  per rank, no `.metadata`), Hugging Face `*.safetensors` + index dirs,
@@ -75,6 +86,16 @@ struct Completeness {
   // .metadata.json {"ephemeral": true}); retention removes it once a newer
   // step commits, when the run has a retention policy.
   bool ephemeral = false;
+  // kComplete: the metadata names every file of the step (DCP, OLMo-core),
+  // so the commit needs no wait for stragglers. False for layouts that
+  // list nothing (Hugging Face, RecIS beyond io_state, unknown).
+  bool lists_every_file = false;
+  // kWaiting only because the layout suggests more is coming (no metadata
+  // names the missing part); an explicit or idle commit goes ahead anyway.
+  bool layout_only = false;
+  // The checkpoint the trainer calls best, as this step recorded it
+  // (Hugging Face best_model_checkpoint, directory name only); "" = none.
+  std::string best_ref;
 };
 
 const char* CompletenessVerdictName(Completeness::Verdict verdict);

@@ -170,12 +170,63 @@ TEST(StepCompletenessTest, OlmoCoreTrainerCheckpoint) {
   step.files[".metadata.json"] = R"({"something": "else"})";
   ExpectVerdict(step, Verdict::kUnknownFormat, "not OLMo-core checkpoint metadata");
 
-  // model_and_optim/.metadata without the top marker: the nested DCP decides.
-  FakeStep nested;
-  nested.AddCase("torch-2.14/dcp_zero", "model_and_optim/");
-  ExpectVerdict(nested, Verdict::kComplete, "model_and_optim/.metadata");
-  nested.files.erase("model_and_optim/__1_0.distcp");
-  ExpectVerdict(nested, Verdict::kWaiting, "waiting for model_and_optim/__1_0.distcp");
+  // The Checkpointer renames step<N>-tmp into place before .metadata.json
+  // exists (save_async: before model_and_optim/ is written): the trainer
+  // layout without the marker waits for it, whatever the DCP says.
+  FakeStep renamed;
+  renamed.files["train/rank0.pt"] = "zip";
+  ExpectVerdict(renamed, Verdict::kWaiting, "waiting for .metadata.json");
+  EXPECT_FALSE(CheckStepCompleteness(renamed).layout_only);  // never forced through
+  renamed.AddCase("torch-2.14/dcp_zero", "model_and_optim/");
+  ExpectVerdict(renamed, Verdict::kWaiting, "waiting for .metadata.json");
+  renamed.files.erase("train/rank0.pt");
+  ExpectVerdict(renamed, Verdict::kWaiting, "waiting for .metadata.json");
+  renamed.files[".metadata.json"] = R"({"ephemeral": true, "version": "2.1.0"})";
+  renamed.files["train/rank0.pt"] = "zip";
+  Completeness done = CheckStepCompleteness(renamed);
+  EXPECT_EQ(done.verdict, Verdict::kComplete);
+  EXPECT_TRUE(done.ephemeral);
+  EXPECT_TRUE(done.lists_every_file);
+}
+
+TEST(StepCompletenessTest, RecisIoStateShards) {
+  FakeStep step;
+  step.files["model.pt"] = "zip";
+  step.files["extra.pt"] = "zip";
+  step.files["io_state_count"] = "3";
+  step.files["io_state_0.pt"] = "zip";
+  ExpectVerdict(step, Verdict::kWaiting, "waiting for io_state_1.pt and 1 more file");
+  step.files["io_state_1.pt"] = "zip";
+  step.files["io_state_2.pt"] = "zip";
+  Completeness c = CheckStepCompleteness(step);
+  EXPECT_EQ(c.verdict, Verdict::kComplete) << c.reason;
+  EXPECT_FALSE(c.lists_every_file);  // model.pt & co. are named nowhere: settle first
+  for (const char* bad : {"", "x", "-1", "0", "99999999", "3 4"}) {
+    step.files["io_state_count"] = bad;
+    ExpectVerdict(step, Verdict::kBroken, "io_state_count holds");
+  }
+  step.files["io_state_count"] = "3\n";
+  EXPECT_EQ(CheckStepCompleteness(step).verdict, Verdict::kComplete);
+}
+
+TEST(StepCompletenessTest, HuggingFaceTrainerState) {
+  FakeStep step;
+  step.files["model.safetensors"] = "x";
+  step.files["trainer_state.json"] =
+      R"({"global_step": 30, "best_model_checkpoint": "/ckpt/run/checkpoint-20", "log_history": []})";
+  Completeness c = CheckStepCompleteness(step);
+  EXPECT_EQ(c.verdict, Verdict::kComplete) << c.reason;
+  EXPECT_FALSE(c.lists_every_file);
+  EXPECT_EQ(c.best_ref, "checkpoint-20");
+  step.files["trainer_state.json"] = R"({"best_model_checkpoint": null})";
+  EXPECT_EQ(CheckStepCompleteness(step).best_ref, "");
+  step.files["trainer_state.json"] = R"({"best_model_checkpoint": "checkpoint-5/"})";
+  EXPECT_EQ(CheckStepCompleteness(step).best_ref, "checkpoint-5");
+  // Not valid JSON: still HF's marker (never broken), no best.
+  step.files["trainer_state.json"] = "{";
+  c = CheckStepCompleteness(step);
+  EXPECT_EQ(c.verdict, Verdict::kComplete);
+  EXPECT_EQ(c.best_ref, "");
 }
 
 // OLMo-core safetensors: w (4, 2) F32 split over two ranks by flattened
@@ -279,7 +330,10 @@ TEST(StepCompletenessTest, OlmoSafetensorsVariants) {
 
   // Nested model/ and optim/ groups (save_model_and_optim_state into the step).
   FakeStep nested = OlmoSafetensorsStep("model/");
-  ExpectVerdict(nested, Verdict::kComplete, "model/metadata.json");
+  // model/ first, then optim/: a complete model/ alone waits, but only
+  // because of the layout (an explicit commit goes ahead).
+  ExpectVerdict(nested, Verdict::kWaiting, "waiting for optim/metadata.json (model/ is complete)");
+  EXPECT_TRUE(CheckStepCompleteness(nested).layout_only);
   nested.files["optim/rank_0.safetensors"] = MakeSafetensors({{"state_keys", "U8", {2}}});
   ExpectVerdict(nested, Verdict::kWaiting, "waiting for optim/metadata.json");
   nested.files["optim/metadata.json"] = R"({"tensors": {"state_keys": {"dtype": "U8",

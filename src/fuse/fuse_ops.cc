@@ -19,7 +19,7 @@ FileHandle* Fh(const fuse_file_info* fi) { return reinterpret_cast<FileHandle*>(
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Caller{ctx->uid, ctx->gid};
+  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid)};
 }
 
 // The one place a Status becomes a reply. Expected outcomes (ENOENT on
@@ -162,7 +162,7 @@ void ReplyOpen(fuse_req_t req, fuse_file_info* fi, const FileSystem::Opened& o) 
 }
 
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto r = Fs(req)->OpenFile(ino, fi->flags);
+  auto r = Fs(req)->OpenFile(ino, fi->flags, static_cast<uint32_t>(fuse_req_ctx(req)->pid));
   if (!r.ok()) return ReplyError(req, r.status());
   ReplyOpen(req, fi, *r);
 }

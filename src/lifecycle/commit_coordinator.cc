@@ -69,6 +69,7 @@ CommitCoordinator::CommitCoordinator(FileSystem* fs) : CommitCoordinator(fs, tru
 
 CommitCoordinator::CommitCoordinator(FileSystem* fs, bool threads) : fs_(fs) {
   fs_->SetCommitRequester([this](uint64_t step) { Request(step); });
+  fs_->SetIndexRequester([this](uint64_t file, uint64_t session) { RequestIndex(file, session); });
   if (threads) {
     worker_ = std::thread([this] { WorkerLoop(); });
     idle_ = std::thread([this] { IdleLoop(); });
@@ -81,6 +82,7 @@ std::unique_ptr<CommitCoordinator> CommitCoordinator::CreateWithoutThreads(FileS
 
 CommitCoordinator::~CommitCoordinator() {
   fs_->SetCommitRequester(nullptr);
+  fs_->SetIndexRequester(nullptr);
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     stopping_ = true;
@@ -100,26 +102,59 @@ void CommitCoordinator::Request(uint64_t step_ino) {
   queue_cv_.notify_one();
 }
 
+void CommitCoordinator::RequestIndex(uint64_t file_ino, uint64_t session) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (stopping_) return;
+    index_queue_.emplace_back(file_ino, session);
+  }
+  queue_cv_.notify_one();
+}
+
+void CommitCoordinator::ReadIndex(uint64_t file_ino, uint64_t session) {
+  Status st = fs_->CommitStepsNamedBy(file_ino, session);
+  if (!st.ok()) std::fprintf(stderr, "ckptfs: reading a run index file: %s\n", st.ToString().c_str());
+}
+
 void CommitCoordinator::DrainForTest() {
   for (;;) {
     fs_->FlushInvalidations();
-    uint64_t step;
+    uint64_t step = 0;
+    std::optional<std::pair<uint64_t, uint64_t>> index;
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
-      if (queue_.empty()) return;
-      step = queue_.front();
-      queue_.pop_front();
-      queued_.erase(step);
+      if (!index_queue_.empty()) {
+        index = index_queue_.front();
+        index_queue_.pop_front();
+      } else if (!queue_.empty()) {
+        step = queue_.front();
+        queue_.pop_front();
+        queued_.erase(step);
+      } else {
+        return;
+      }
     }
-    Commit(step);
+    if (index) {
+      ReadIndex(index->first, index->second);
+    } else {
+      Commit(step);
+    }
   }
 }
 
 void CommitCoordinator::WorkerLoop() {
   std::unique_lock<std::mutex> lock(queue_mu_);
   for (;;) {
-    queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty() || !index_queue_.empty(); });
     if (stopping_) return;
+    if (!index_queue_.empty()) {
+      const auto [file, session] = index_queue_.front();
+      index_queue_.pop_front();
+      lock.unlock();
+      ReadIndex(file, session);
+      lock.lock();
+      continue;
+    }
     const uint64_t step = queue_.front();
     queue_.pop_front();
     queued_.erase(step);
@@ -137,6 +172,7 @@ void CommitCoordinator::IdleLoop() {
     if (stopping_) return;
     lock.unlock();
     fs_->RequestIdleCommits();
+    fs_->RequestSettledCommits();
     // Data of removed steps is deleted here, in the background, a bounded
     // amount per tick so a huge prune never starves the idle commits.
     auto collected = fs_->CollectGarbage(4096);
@@ -152,12 +188,33 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
 
   Completeness check = CheckStepCompleteness(PlanFiles(fs_, *plan));
   plan->ephemeral = check.ephemeral;
-  if (check.verdict == Completeness::Verdict::kWaiting) {
+  plan->best_ref = check.best_ref;
+  using Verdict = Completeness::Verdict;
+  // What only the layout suggests (OLMo-core's optim/ after model/) does not
+  // hold a commit the user or --commit-idle asked for.
+  if (check.verdict == Verdict::kWaiting && !(check.layout_only && plan->forced)) {
     fs_->AbortCommit(step_ino, Status::Error(EAGAIN, check.reason), /*waiting=*/true, /*broken=*/false);
     return;
   }
-  if (check.verdict == Completeness::Verdict::kBroken) {
+  if (check.verdict == Verdict::kBroken) {
     fs_->AbortCommit(step_ino, Status::Error(EIO, check.reason), /*waiting=*/false, /*broken=*/true);
+    return;
+  }
+  // A marker in a subdirectory commits only a format the check knows: an
+  // FSDP state dict's .metadata inside a Hugging Face checkpoint-N/ is not
+  // the end of the checkpoint.
+  if (plan->nested_only && !check.lists_every_file) {
+    fs_->DropCommitRequest(step_ino);
+    return;
+  }
+  // Nothing lists this step's files: wait until it is quiet, so a rank that
+  // writes its file just after rank 0's marker is still part of the step.
+  const int64_t settle_ns = fs_->options().commit_settle_ns;
+  if (!check.lists_every_file && !plan->renamed && settle_ns > 0 && plan->quiet_ns < settle_ns) {
+    char why[160];
+    std::snprintf(why, sizeof why, "settling: commits after %.3g s without writes in the step (%s)",
+                  static_cast<double>(settle_ns) / 1e9, check.reason.c_str());
+    fs_->AbortCommit(step_ino, Status::Error(EAGAIN, why), /*waiting=*/true, /*broken=*/false, /*settling=*/true);
     return;
   }
 

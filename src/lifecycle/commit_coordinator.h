@@ -6,11 +6,15 @@
 //      after --commit-wait it is dropped with an error);
 //   2. the completeness check of known formats (DCP .metadata, OLMo-core
 //      metadata.json): missing or short files keep the step writing, bad
-//      metadata makes it broken;
+//      metadata makes it broken; a layout whose metadata lists no files
+//      (Hugging Face, DeepSpeed, unknown) first waits until the step was
+//      quiet for --commit-settle, so late ranks still land in it;
 //   3. every file of the step is fsynced, then the backing directory;
 //   4. FileSystem::FinishCommit writes the one synced manifest batch.
 //
-// A second thread asks for idle commits (--commit-idle) once a second.
+// Run index files (DeepSpeed `latest`, RecIS `checkpoint`) are read on the
+// worker thread too, and ask for the commits of the steps they name.
+// A second thread asks for idle and settled commits once a second.
 // Thread safety: Request() may be called from any thread, including with
 // FileSystem::mu_ held (it only takes queue_mu_).
 #pragma once
@@ -19,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -34,6 +39,8 @@ class CommitCoordinator {
   CommitCoordinator& operator=(const CommitCoordinator&) = delete;
 
   void Request(uint64_t step_ino);
+  // A run index file was closed: read it and commit the steps it names.
+  void RequestIndex(uint64_t file_ino, uint64_t session);
   // Runs queued commits on the calling thread until the queue is empty; for
   // tests that construct the coordinator with threads off.
   void DrainForTest();
@@ -46,6 +53,7 @@ class CommitCoordinator {
   void WorkerLoop();
   void IdleLoop();
   void Commit(uint64_t step_ino);
+  void ReadIndex(uint64_t file_ino, uint64_t session);
 
   FileSystem* const fs_;
   std::mutex queue_mu_;
@@ -53,6 +61,8 @@ class CommitCoordinator {
   std::condition_variable stop_cv_;   // the idle thread sleeps here between scans
   std::deque<uint64_t> queue_;    // GUARDED_BY(queue_mu_)
   std::set<uint64_t> queued_;     // GUARDED_BY(queue_mu_)
+  // Index files to read, with the session of their writer.
+  std::deque<std::pair<uint64_t, uint64_t>> index_queue_;  // GUARDED_BY(queue_mu_)
   bool stopping_ = false;         // GUARDED_BY(queue_mu_)
   std::thread worker_;
   std::thread idle_;

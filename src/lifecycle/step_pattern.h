@@ -33,8 +33,20 @@ class StepPattern {
   std::regex re_;
 };
 
-// Marker files whose close commits the step they sit in.
-inline const std::vector<std::string> kDefaultCommitMarkers = {".metadata", ".metadata.json",
-                                                               "metadata.json"};
+// Marker files whose close (or rename into place) anywhere inside a step asks
+// for the step's commit; the completeness check then decides (DCP .metadata,
+// OLMo-core .metadata.json and model/ + optim/ metadata.json, Hugging Face
+// Trainer's trainer_state.json, which it writes after every other file).
+inline const std::vector<std::string> kDefaultCommitMarkers = {".metadata", ".metadata.json", "metadata.json",
+                                                               "trainer_state.json"};
+
+// Run index files: a trainer's own pointer to its checkpoints, kept in the run
+// directory beside the steps and written after a save is complete (DeepSpeed
+// `latest` holds "global_step100", RecIS and TensorFlow `checkpoint` list
+// checkpoint names, Megatron-LM `latest_checkpointed_iteration.txt` holds the
+// iteration). Closing or renaming one into place commits the writing steps it
+// names: the trainer has just declared them complete.
+inline const std::vector<std::string> kRunIndexFiles = {"latest", "checkpoint",
+                                                        "latest_checkpointed_iteration.txt"};
 
 }  // namespace ckptfs

@@ -18,6 +18,7 @@ class FileHandle {
   uint64_t ino = 0;
   bool writable = false;
   bool saving = false;  // open for writing inside a step: counted in OpenWriters()
+  uint32_t pid = 0;     // the opening process (0 = unknown): a trigger's session
   std::unique_ptr<BackingFile> file;  // regular files
   std::string content;                // control files: a snapshot taken at open
   // Set when the file's data was not resident at open: reads fetch missing

@@ -56,6 +56,16 @@ void FileSystem::SetCommitRequester(CommitRequester fn) {
   request_commit_ = std::move(fn);
 }
 
+void FileSystem::SetIndexRequester(IndexRequester fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  request_index_ = std::move(fn);
+}
+
+void FileSystem::SetSessionOf(SessionOfFn fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  session_of_ = std::move(fn);
+}
+
 Inode* FileSystem::Find(uint64_t ino) {
   auto it = inodes_.find(ino);
   return it == inodes_.end() ? nullptr : it->second.get();

@@ -57,6 +57,13 @@ struct FileSystemOptions {
   int64_t commit_wait_ns = 600LL * 1'000'000'000;
   // 0 = off; else commit a writing step after this long without activity.
   int64_t commit_idle_ns = 0;
+  // A commit whose format names no files (Hugging Face, DeepSpeed, unknown
+  // layouts, explicit and idle commits) first waits until nothing in the
+  // step was created, opened for writing, written or closed for this long,
+  // so a rank that finishes its file shortly after rank 0's marker is still
+  // in the step (--commit-settle; 0 = off). Formats whose metadata lists
+  // every file (DCP, OLMo-core) and directory renames commit at once.
+  int64_t commit_settle_ns = 2LL * 1'000'000'000;
   // Kernel cache timeouts for ordinary entries and attributes.
   double entry_timeout = 1.0;
   double attr_timeout = 1.0;
@@ -69,6 +76,10 @@ struct FileSystemOptions {
   // List the hidden `.full/` directories in readdir (--show-full); they are
   // reachable by name either way.
   bool show_full = false;
+  // List the virtual `latest` links in readdir (--show-latest). Hidden by
+  // default: trainers such as torchtitan parse a step number out of every
+  // entry of their folder. Reachable by name either way.
+  bool show_latest = false;
   // Shown in status.json.
   std::string mountpoint;
   std::string cache_dir;
@@ -89,6 +100,9 @@ inline constexpr uint64_t kFullViewBit = 1ULL << 61;
 inline constexpr int kFullNodeBits = 24;
 inline constexpr const char* kControlDirName = ".ckptfs";
 inline constexpr const char* kLatestName = "latest";
+// "off" on a run directory: no virtual `latest` link there (set by `rm
+// latest` on the link; "on" or removing the xattr brings it back).
+inline constexpr const char* kLatestLinkXattr = "user.ckptfs.latest_link";
 
 struct Entry {
   uint64_t ino = 0;
@@ -126,6 +140,22 @@ struct SetAttrRequest {
 struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
+  uint32_t pid = 0;  // 0 = unknown (not a process of this machine's namespace)
+};
+
+// What asked for a step's commit (SPEC section 3's triggers). The commit
+// procedure treats them differently: a directory rename commits without
+// waiting for quiet; explicit and idle commits override waits that only the
+// layout suggests; a marker in a subdirectory commits only a recognised
+// format.
+enum class CommitTrigger {
+  kRetry,          // a close in a step whose commit waits asks again
+  kMarker,         // a commit marker closed or renamed directly in the step
+  kNestedMarker,   // a commit marker in a subdirectory (OLMo-core model/, optim/)
+  kRename,         // a directory renamed into a step name
+  kIndex,          // the run's index file (DeepSpeed latest, RecIS checkpoint) names it
+  kExplicit,       // ckptfs commit, setfattr user.ckptfs.commit
+  kIdle,           // --commit-idle
 };
 
 class FileHandle;
@@ -183,7 +213,8 @@ class FileSystem {
     bool keep_cache = false;  // sealed data never changes: keep the page cache
     bool direct_io = false;   // generated control files
   };
-  Result<Opened> OpenFile(uint64_t ino, int flags);
+  // pid: the opening process (0 = unknown), for the commit's session.
+  Result<Opened> OpenFile(uint64_t ino, int flags, uint32_t pid = 0);
   // Create and open in one step (O_CREAT).
   Result<std::pair<Entry, Opened>> Create(const Caller& c, uint64_t parent, const std::string& name,
                                           uint32_t mode, int flags);
@@ -207,8 +238,11 @@ class FileSystem {
   Status FsyncDir();
 
   // --- checkpoint steps (filesystem_steps.cc)
-  // Asks for the step to be committed and waits for the outcome (ckptfs
-  // commit, setfattr user.ckptfs.commit).
+  // Asks for the step to be committed (setfattr user.ckptfs.commit) and
+  // waits for the first attempt: Ok when committed or when the request is
+  // still pending (waiting for files or for quiet; the reason is in
+  // user.ckptfs.error), EIO when broken, ETIMEDOUT when files stayed open
+  // past --commit-wait. `ckptfs commit` then polls the step's state.
   Status CommitAndWait(uint64_t step_ino);
   // Asks for a commit without waiting (the outcome shows in the step's state).
   void RequestCommit(uint64_t step_ino);
@@ -221,6 +255,18 @@ class FileSystem {
   // Seam to the commit procedure; set once before serving requests.
   using CommitRequester = std::function<void(uint64_t step_ino)>;
   void SetCommitRequester(CommitRequester fn);
+  // Seam to the commit procedure for run index files: a closed index file
+  // is read on the coordinator's thread (CommitStepsNamedBy), not under mu_.
+  using IndexRequester = std::function<void(uint64_t file_ino, uint64_t session)>;
+  void SetIndexRequester(IndexRequester fn);
+  // Reads a run index file and asks for the commit of every writing step of
+  // its run that it names (by directory name, or by step number).
+  Status CommitStepsNamedBy(uint64_t file_ino, uint64_t session);
+  // Maps a process id to a session identity (pid and start time), so that
+  // a restarted trainer is a new session; set by the daemon (reads /proc).
+  // Without it the pid itself is the session.
+  using SessionOfFn = std::function<uint64_t(uint32_t pid)>;
+  void SetSessionOf(SessionOfFn fn);
 
   // Step control for CommitCoordinator (filesystem_steps.cc).
   struct CommitPlan {
@@ -232,7 +278,15 @@ class FileSystem {
       uint64_t size = 0;
     };
     std::vector<File> files;
-    bool ephemeral = false;  // set by the coordinator from the step's own metadata
+    // How the commit was asked for (accumulated over the pending request).
+    bool renamed = false;       // a directory rename: commit without settling
+    bool forced = false;        // explicit or idle: layout-only waits do not hold it
+    bool nested_only = false;   // only subdirectory markers asked: recognised formats only
+    uint64_t session = 0;       // the trainer process that triggered it (0 = unknown)
+    int64_t quiet_ns = 0;       // how long nothing happened in the step
+    // Set by the coordinator from the step's own metadata.
+    bool ephemeral = false;
+    std::string best_ref;
   };
   // Reserves the step for committing when it wants a commit and has no file
   // open for writing. EAGAIN: files still open (the last close asks again);
@@ -240,8 +294,12 @@ class FileSystem {
   // request waited longer than commit_wait.
   Result<CommitPlan> BeginCommit(uint64_t step_ino);
   // Leaves the step writing (waiting = true keeps the request alive until the
-  // next close in the step) or broken, with the reason.
-  void AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken);
+  // next close in the step, settling = true also until the step is quiet)
+  // or broken, with the reason.
+  void AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken, bool settling = false);
+  // Ends a commit request that a subdirectory marker made for a layout the
+  // completeness check does not know: no error, the step stays writing.
+  void DropCommitRequest(uint64_t step_ino);
   // Writes the one synced batch that commits the step.
   Status FinishCommit(const CommitPlan& plan);
   // Reads a file of the step for completeness checks.
@@ -251,6 +309,9 @@ class FileSystem {
   // Asks for a commit of every writing step idle for longer than
   // commit_idle with no file open for writing.
   void RequestIdleCommits();
+  // Asks again for the commit of steps that waited for quiet and are quiet
+  // now (--commit-settle). Called once a second by the coordinator.
+  void RequestSettledCommits();
 
   // Retention (filesystem_retention.cc).
   // The plan for a run directory without applying it (ckptfs retention --dry-run).
@@ -355,6 +416,26 @@ class FileSystem {
   // Step paths whose commit objects are queued for deletion: not imported.
   std::set<std::string> StepPathsBeingDeleted();
 
+  // Run-level files (SPEC section 4): regular files directly in a run
+  // directory (one holding a step), beside its steps, such as DeepSpeed's
+  // `latest` and RecIS's `checkpoint`. Queues the upload of every closed
+  // run-level file whose object is not current and not queued (its
+  // directory just got its first step, it was renamed, a crash lost the
+  // queue entry) and refreshes run_dirs_. The tier calls it at start and on
+  // every control pass.
+  void QueueRunFileUploads();
+  // Cold mount: objects found directly in remote directories that hold a
+  // persisted step become non-resident run-level files, unless the
+  // directory is no run directory here, a local entry has the name (local
+  // wins), the name is ckptfs's own (".ckptfs*"), or the key is a live
+  // file's object or queued for deletion here. One synced batch; returns
+  // how many were imported.
+  struct RemoteObject {
+    std::string key;
+    uint64_t size = 0;
+  };
+  Result<size_t> ImportRunFiles(const std::vector<RemoteObject>& objects);
+
   // Upload progress and persisted state, for status.json and xattrs.
   struct UploadProgress {
     uint64_t bytes_done = 0;
@@ -413,7 +494,14 @@ class FileSystem {
     bool committing = false;
     int64_t last_activity = 0;  // monotonic ns
     uint64_t outcome_gen = 0;   // bumped whenever a commit attempt ends
+    // The pending request's triggers (reset when it ends).
+    bool renamed = false;
+    bool forced = false;
+    bool direct = false;        // a trigger other than a subdirectory marker
+    bool settling = false;      // the last attempt waited for quiet
+    uint64_t session = 0;
   };
+  void EndCommitRequest(StepRuntime* rt);
 
   // Loading and recovery (filesystem_recovery.cc).
   Status Load();
@@ -442,7 +530,15 @@ class FileSystem {
   void NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch);
   // The newest committed step directly under run, or 0.
   uint64_t LatestStepOf(uint64_t run_ino);
+  // The step the run's virtual `latest` link points at, or 0 when there is
+  // no link: no committed step, a real entry named `latest` (the trainer's
+  // own, e.g. DeepSpeed's), or the link turned off for this run.
+  uint64_t VirtualLatestOf(uint64_t run_ino);
   bool HasRealChild(Inode* dir, const std::string& name) const;
+  // A step directory directly in dir (dir is a run directory).
+  bool HoldsStep(Inode* dir);
+  // `rm latest` on a run's virtual link.
+  Status TurnOffLatestLinkLocked(Inode* run);
   Result<Inode*> NewInode(const Caller& c, uint64_t parent, const std::string& name, uint32_t mode,
                           ManifestBatch* batch);
   void AddChild(Inode* dir, const std::string& name, Inode* child, ManifestBatch* batch);
@@ -457,7 +553,10 @@ class FileSystem {
   // Step records follow directory names (mkdir, rename, rmdir).
   void ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now);
   void NoteActivity(uint64_t ino);
-  void RequestCommitLocked(uint64_t step_ino);
+  void RequestCommitLocked(uint64_t step_ino, CommitTrigger why = CommitTrigger::kRetry, uint64_t session = 0);
+  // A file closed or renamed into place: commit markers and run index files
+  // trigger commits (session: the writer's, 0 = unknown).
+  void NoteTriggerFileLocked(Inode* file, uint64_t session);
   bool IsMarkerName(const std::string& name) const;
   uint32_t OpenWritersUnder(Inode* dir);
   std::string PathOfLocked(uint64_t ino);
@@ -507,6 +606,29 @@ class FileSystem {
   void NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std::string>>& moved,
                             ManifestBatch* batch);
   bool ObjectIsCurrent(const Inode& inode, const std::string& path) const;
+  // Run-level files (filesystem_tiering.cc); REQUIRES: mu_ held.
+  // Exact: a step directly in dir (walks its entries). run_dirs_ holds the
+  // same answer as of the last QueueRunFileUploads, for checks on hot paths.
+  bool HoldsStepLocked(const Inode& dir) const;
+  bool IsRunFileLocked(const Inode& inode) const;
+  struct RunFileWait;
+  // What the file's current version waits for: the steps of its run that
+  // may be the one it names and are not persisted.
+  RunFileWait RunFileWaitLocked(const Inode& file);
+  // The queued upload of a run-level file may start: it is closed and every
+  // step its version waits for is persisted or gone from the run.
+  bool RunFileReadyLocked(Inode* inode);
+  // Paths of runs ("" = the root) with a run-level upload ready to start.
+  std::set<std::string> RunsWithReadyRunFilesLocked();
+  // A run-level file at key's path will be uploaded to key: the key's
+  // queued deletion waits, so the old object goes only by being replaced.
+  bool RunFileWillReplaceLocked(const std::string& key);
+  void ForgetRunFileWaitLocked(uint64_t ino) { run_file_waits_.erase(ino); }
+  // Before a non-resident file that is not sealed (a run-level file shown
+  // by a cold mount) is opened for writing or truncated: fetches every byte
+  // and marks it resident, releasing mu_ meanwhile, so writes never mix
+  // with ranges fetched later. EIO when the remote cannot serve it.
+  Status MakeLocalForWriteLocked(std::unique_lock<std::mutex>& lock, uint64_t ino);
 
   // Fast-path helpers (filesystem_fast_path.cc); REQUIRES: mu_ held.
   void LoadChecksums(Status* decode_error);
@@ -576,6 +698,8 @@ class FileSystem {
   std::unordered_map<uint64_t, StepRuntime> step_runtime_;       // GUARDED_BY(mu_)
   uint64_t next_ino_ = 2;                                        // GUARDED_BY(mu_)
   CommitRequester request_commit_;
+  IndexRequester request_index_;
+  SessionOfFn session_of_;
   Status bg_error_;  // GUARDED_BY(mu_)
   InvalidateEntryFn invalidate_entry_;
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_;  // GUARDED_BY(mu_)
@@ -593,6 +717,15 @@ class FileSystem {
   std::map<uint64_t, UploadRecord> uploads_;             // GUARDED_BY(mu_) mirrors kUploads
   std::unordered_map<std::string, uint64_t> object_keys_;  // GUARDED_BY(mu_) key -> ino of live objects
   std::unordered_map<std::string, int> claimed_keys_;      // GUARDED_BY(mu_)
+  // Queued run-level uploads: the version (size, mtime) the wait was taken
+  // for and the step inos it waits for; a newer version waits anew.
+  struct RunFileWait {
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    std::vector<uint64_t> steps;
+  };
+  std::unordered_map<uint64_t, RunFileWait> run_file_waits_;  // GUARDED_BY(mu_)
+  std::set<uint64_t> run_dirs_;  // GUARDED_BY(mu_) as of the last QueueRunFileUploads
 };
 
 }  // namespace ckptfs

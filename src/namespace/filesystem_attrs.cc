@@ -40,6 +40,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
   std::unique_lock<std::mutex> lock(mu_);
   if (IsVirtual(ino)) return NotPermittedVirtual();
   if (req.size) WaitUntilNotCommitting(lock, ino);
+  if (req.size) CKPTFS_RETURN_IF_ERROR(MakeLocalForWriteLocked(lock, ino));  // remote-only run-level files
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
@@ -137,6 +138,9 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (IsStepXattrName(name) || name == kPlanXattr) return Status::Error(EPERM, name + " is maintained by ckptfs");
+  if (name == kLatestLinkXattr && (!inode->is_dir() || (value != "on" && value != "off"))) {
+    return Status::Error(EINVAL, std::string(kLatestLinkXattr) + " takes on or off, on a run directory");
+  }
   CKPTFS_RETURN_IF_ERROR(ValidateXattr(inode, name, value));
   const bool exists = inode->xattrs.count(name) != 0;
   if ((flags & XATTR_CREATE) && exists) return Status::Error(EEXIST, name + " exists");

@@ -143,10 +143,8 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
   if (!dir.ok()) return dir.status();
   auto it = (*dir)->children.find(name);
   if (it == (*dir)->children.end()) {
-    if ((parent == kRootIno && name == kControlDirName) ||
-        (name == kLatestName && LatestStepOf(parent) != 0)) {
-      return NotPermittedVirtual();
-    }
+    if (parent == kRootIno && name == kControlDirName) return NotPermittedVirtual();
+    if (name == kLatestName && VirtualLatestOf(parent) != 0) return TurnOffLatestLinkLocked(*dir);
     return Status::Error(ENOENT, name + " does not exist");
   }
   Inode* child = Find(it->second.ino);
@@ -201,11 +199,30 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   return Status::Ok();
 }
 
+bool FileSystem::HoldsStep(Inode* dir) {
+  for (const auto& [name, dent] : dir->children) {
+    if (steps_.count(dent.ino)) return true;
+  }
+  return false;
+}
+
+Status FileSystem::TurnOffLatestLinkLocked(Inode* run) {
+  // `rm latest` on the virtual link: the user (or a trainer about to write
+  // its own `latest`) manages the name from now on. Recorded as the run's
+  // xattr so it survives restarts and can be undone with setfattr.
+  ManifestBatch batch;
+  run->xattrs[kLatestLinkXattr] = "off";
+  run->rec.ctime = clock_->Now();
+  batch.Put(KeySpace::kXattrs, XattrKey(run->rec.ino, kLatestLinkXattr), "off");
+  PutInode(*run, &batch);
+  return Apply(batch, false);
+}
+
 Result<std::string> FileSystem::Readlink(uint64_t ino) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ino & kLatestBit && !(ino & kVirtualBit)) {
     const uint64_t run = ino & ~kLatestBit;
-    const uint64_t step = LatestStepOf(run);
+    const uint64_t step = VirtualLatestOf(run);
     if (step == 0) return Status::Error(ENOENT, "no committed step");
     return Find(step)->name;
   }
@@ -239,7 +256,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   auto sit = (*src_dir)->children.find(name);
   if (sit == (*src_dir)->children.end()) {
     if ((parent == kRootIno && name == kControlDirName) ||
-        (name == kLatestName && LatestStepOf(parent) != 0)) {
+        (name == kLatestName && VirtualLatestOf(parent) != 0)) {
       return NotPermittedVirtual();
     }
     return Status::Error(ENOENT, name + " does not exist");
@@ -341,13 +358,12 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   NoteActivity(new_parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   if (dst && !(flags & RENAME_EXCHANGE)) MaybeEvict(dst->rec.ino);
-  if (commit_src) RequestCommitLocked(src->rec.ino);
-  if (commit_dst) RequestCommitLocked(dst->rec.ino);
-  // A marker renamed into place commits too: DCP writes .metadata.tmp and
-  // renames it to .metadata.
-  if (!src->is_dir() && IsMarkerName(new_name) && steps_.count(new_parent) && src->open_writers == 0) {
-    RequestCommitLocked(new_parent);
-  }
+  if (commit_src) RequestCommitLocked(src->rec.ino, CommitTrigger::kRename);
+  if (commit_dst) RequestCommitLocked(dst->rec.ino, CommitTrigger::kRename);
+  // A marker or run index file renamed into place triggers as its close
+  // would: DCP writes .metadata.tmp and renames it to .metadata, OLMo-core
+  // renames a temporary file to .metadata.json.
+  if (!src->is_dir() && src->open_writers == 0) NoteTriggerFileLocked(src, 0);
   return Status::Ok();
 }
 
@@ -371,14 +387,17 @@ Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset,
   Inode* d = *dir;
   if (offset < 1 && out.size() < max) out.push_back(DirEntry{".", ino, S_IFDIR, 1});
   if (offset < 2 && out.size() < max) out.push_back(DirEntry{"..", d->rec.parent ? d->rec.parent : ino, S_IFDIR, 2});
-  if (offset < 3 && out.size() < max && ino == kRootIno && !HasRealChild(d, kControlDirName)) {
+  // The root lists .ckptfs unless the root itself is a run directory, whose
+  // listing trainers take for their checkpoints (as for `latest` below).
+  if (offset < 3 && out.size() < max && ino == kRootIno && !HasRealChild(d, kControlDirName) &&
+      !HoldsStep(d)) {
     out.push_back(DirEntry{kControlDirName, kControlDirIno, S_IFDIR, 3});
   }
   // Offset 3 is the root's .ckptfs; no checkpoint lives in the root itself.
   if (offset < 3 && out.size() < max && ino != kRootIno && ListsFullDir(d)) {
     out.push_back(DirEntry{kFullDirName, kFullViewBit | (ino << kFullNodeBits), S_IFDIR, 3});
   }
-  if (offset < 4 && out.size() < max && !HasRealChild(d, kLatestName) && LatestStepOf(ino) != 0) {
+  if (offset < 4 && out.size() < max && options_.show_latest && VirtualLatestOf(ino) != 0) {
     out.push_back(DirEntry{kLatestName, kLatestBit | ino, S_IFLNK, 4});
   }
   const uint64_t after = offset < kFirstRealOffset ? 0 : offset - kFirstRealOffset;

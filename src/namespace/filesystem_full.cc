@@ -97,10 +97,14 @@ bool FileSystem::ListsFullDir(Inode* dir) {
 }
 
 Result<std::shared_ptr<const FullView>> FileSystem::ViewOf(uint64_t dir_ino) {
+  std::string dir_name;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Inode* dir = Find(dir_ino);
     if (!dir || !dir->is_dir()) return Status::Error(ENOENT, "no such directory");
+    // A step directory's name is no group name (step100.safetensors would
+    // only repeat all.safetensors).
+    if (!steps_.count(dir_ino)) dir_name = dir->name;
     auto step = steps_.find(StepOf(dir_ino));
     if (step == steps_.end() || step->second.state != StepState::kCommitted) {
       return Status::Error(ENOENT, "views exist in committed steps only");
@@ -110,7 +114,7 @@ Result<std::shared_ptr<const FullView>> FileSystem::ViewOf(uint64_t dir_ino) {
   std::optional<FullViewCache::Outcome> outcome = full_views_->Get(dir_ino);
   if (!outcome) {
     FsShardReader files(this, dir_ino);
-    auto built = FullView::Build(files);
+    auto built = FullView::Build(files, dir_name);
     if (!built.ok()) {
       outcome = Status::Error(EIO, built.status().message());
     } else {

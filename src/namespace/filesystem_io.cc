@@ -16,7 +16,7 @@ namespace {
 bool WantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 }  // namespace
 
-Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
+Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_t pid) {
   if (IsFullIno(ino)) return OpenFull(ino, flags);
   std::unique_lock<std::mutex> lock(mu_);
   if (ino == kStatusFileIno || ino == kEventsFileIno || ino == kMetricsFileIno) {
@@ -32,6 +32,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
   const bool truncate = (flags & O_TRUNC) != 0;
   const bool write = WantsWrite(flags) || truncate;
   if (write) WaitUntilNotCommitting(lock, ino);
+  if (write) CKPTFS_RETURN_IF_ERROR(MakeLocalForWriteLocked(lock, ino));  // remote-only run-level files
   Inode* inode = Find(ino);
   while (inode && inode->evicting) {
     step_cv_.wait(lock);
@@ -60,6 +61,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags) {
   auto fh = std::make_unique<FileHandle>();
   fh->ino = ino;
   fh->writable = WantsWrite(flags);
+  fh->pid = pid;
   fh->file = std::move(file).value();
   if (remote_only) {
     fh->remote_key = inode->object->key;
@@ -96,6 +98,7 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   auto fh = std::make_unique<FileHandle>();
   fh->ino = (*inode)->rec.ino;
   fh->writable = WantsWrite(flags);
+  fh->pid = c.pid;
   fh->file = std::move(file).value();
   (*inode)->open_handles++;
   if (fh->writable) {
@@ -209,6 +212,8 @@ Status FileSystem::Release(FileHandle* fh) {
     last_save_activity_ns_ = clock_->MonotonicNanos();
   }
   std::lock_guard<std::mutex> lock(mu_);
+  // The writer's session, in case this close triggers a commit.
+  const uint64_t session = !fh->writable || fh->pid == 0 ? 0 : session_of_ ? session_of_(fh->pid) : fh->pid;
   Inode* inode = Find(fh->ino);
   if (!inode) return Status::Ok();
   if (inode->open_handles > 0) inode->open_handles--;
@@ -242,17 +247,7 @@ Status FileSystem::Release(FileHandle* fh) {
     QueueUploadLocked(inode, &upload);
     if (Status q = Apply(upload, false); st.ok()) st = q;
   }
-  if (inode->open_writers == 0) {
-    // A marker closed directly in a step commits it; any close in a step
-    // whose commit waits for files lets the commit try again.
-    auto step = steps_.find(inode->rec.parent);
-    if (step != steps_.end() && IsMarkerName(inode->name) &&
-        step->second.state != StepState::kCommitted) {
-      RequestCommitLocked(step->first);
-    } else if (uint64_t s = StepOf(fh->ino); s != 0 && step_runtime_[s].commit_wanted) {
-      RequestCommitLocked(s);
-    }
-  }
+  if (inode->open_writers == 0) NoteTriggerFileLocked(inode, session);
   return st;
 }
 

@@ -61,6 +61,18 @@ uint64_t FileSystem::LatestStepOf(uint64_t run_ino) {
   return best;
 }
 
+uint64_t FileSystem::VirtualLatestOf(uint64_t run_ino) {
+  Inode* run = Find(run_ino);
+  if (!run || !run->is_dir() || HasRealChild(run, kLatestName)) return 0;
+  if (auto it = run->xattrs.find(kLatestLinkXattr); it != run->xattrs.end() && it->second == "off") return 0;
+  const uint64_t step = LatestStepOf(run_ino);
+  // DeepSpeed (global_step<N>) writes its own `latest` with open("latest",
+  // "w"), which would follow a link to the step directory and fail with
+  // EISDIR: its runs get no link even before its file exists.
+  if (Inode* s = step ? Find(step) : nullptr; s && s->name.rfind("global_step", 0) == 0) return 0;
+  return step;
+}
+
 void FileSystem::ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now) {
   const uint64_t ino = dir->rec.ino;
   std::optional<int64_t> number;
@@ -99,15 +111,108 @@ bool FileSystem::IsMarkerName(const std::string& name) const {
          options_.commit_markers.end();
 }
 
-void FileSystem::RequestCommitLocked(uint64_t step_ino) {
+void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, uint64_t session) {
   auto it = steps_.find(step_ino);
   if (it == steps_.end() || it->second.state == StepState::kCommitted) return;
   StepRuntime& rt = step_runtime_[step_ino];
+  if (why == CommitTrigger::kRetry && !rt.commit_wanted) return;
   if (!rt.commit_wanted) {
     rt.commit_wanted = true;
     rt.wanted_since = clock_->MonotonicNanos();
   }
+  switch (why) {
+    case CommitTrigger::kRetry:
+    case CommitTrigger::kNestedMarker:
+      break;
+    case CommitTrigger::kRename:
+      rt.renamed = true;
+      rt.direct = true;
+      break;
+    case CommitTrigger::kExplicit:
+    case CommitTrigger::kIdle:
+      rt.forced = true;
+      rt.direct = true;
+      break;
+    case CommitTrigger::kMarker:
+    case CommitTrigger::kIndex:
+      rt.direct = true;
+      break;
+  }
+  if (session != 0) rt.session = session;
   if (request_commit_) request_commit_(step_ino);
+}
+
+void FileSystem::EndCommitRequest(StepRuntime* rt) {
+  rt->commit_wanted = false;
+  rt->renamed = rt->forced = rt->direct = rt->settling = false;
+  rt->session = 0;
+}
+
+void FileSystem::NoteTriggerFileLocked(Inode* file, uint64_t session) {
+  const uint64_t parent = file->rec.parent;
+  const uint64_t step = StepOf(parent);
+  if (step != 0) {
+    auto it = steps_.find(step);
+    if (IsMarkerName(file->name) && it->second.state == StepState::kWriting) {
+      RequestCommitLocked(step, step == parent ? CommitTrigger::kMarker : CommitTrigger::kNestedMarker, session);
+    } else {
+      // Any close in a step whose commit waits for files lets it try again.
+      RequestCommitLocked(step, CommitTrigger::kRetry);
+    }
+    return;
+  }
+  if (std::find(kRunIndexFiles.begin(), kRunIndexFiles.end(), file->name) == kRunIndexFiles.end()) return;
+  Inode* run = Find(parent);
+  if (run && HoldsStep(run) && request_index_) request_index_(file->rec.ino, session);
+}
+
+Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
+  // Index files are a few lines; a long RecIS history only grows at the end.
+  constexpr uint64_t kMaxIndexBytes = 64 << 10;
+  uint64_t size = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Inode* file = Find(file_ino);
+    if (!file || !file->is_reg() || file->rec.nlink == 0) return Status::Ok();
+    size = file->rec.size;
+  }
+  auto backing = data_->Open(file_ino, /*create=*/false);
+  if (!backing.ok()) return backing.status();
+  const uint64_t offset = size > kMaxIndexBytes ? size - kMaxIndexBytes : 0;
+  std::string text(size - offset, '\0');
+  auto n = (*backing)->PRead(text.data(), text.size(), offset);
+  if (!n.ok()) return n.status();
+  text.resize(*n);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* file = Find(file_ino);
+  if (!file || file->rec.nlink == 0) return Status::Ok();
+  Inode* run = Find(file->rec.parent);
+  if (!run || !run->is_dir()) return Status::Ok();
+  // Tokens: whitespace-separated, quotes and a directory part dropped, so
+  // TensorFlow's `model_checkpoint_path: "/dir/ckpt-5"` names ckpt-5 too.
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t start = text.find_first_not_of(" \t\r\n", pos);
+    if (start == std::string::npos) break;
+    size_t end = text.find_first_of(" \t\r\n", start);
+    if (end == std::string::npos) end = text.size();
+    pos = end;
+    std::string token = text.substr(start, end - start);
+    while (!token.empty() && (token.front() == '"' || token.front() == '\'')) token.erase(0, 1);
+    while (!token.empty() && (token.back() == '"' || token.back() == '\'' || token.back() == '/')) token.pop_back();
+    if (const size_t slash = token.rfind('/'); slash != std::string::npos) token.erase(0, slash + 1);
+    if (token.empty()) continue;
+    const bool number = token.find_first_not_of("0123456789") == std::string::npos && token.size() <= 18;
+    for (const auto& [name, dent] : run->children) {
+      auto it = steps_.find(dent.ino);
+      if (it == steps_.end() || it->second.state != StepState::kWriting) continue;
+      if (name == token || (number && it->second.step == std::stoll(token))) {
+        RequestCommitLocked(dent.ino, CommitTrigger::kIndex, session);
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 uint32_t FileSystem::OpenWritersUnder(Inode* dir) {
@@ -169,7 +274,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   const uint32_t writers = OpenWritersUnder(dir);
   if (writers > 0) {
     if (clock_->MonotonicNanos() - rt.wanted_since > options_.commit_wait_ns) {
-      rt.commit_wanted = false;
+      EndCommitRequest(&rt);
       it->second.error = "commit timed out: " + std::to_string(writers) +
                          " file(s) still open for writing";
       rt.outcome_gen++;
@@ -184,16 +289,22 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   CommitPlan plan;
   plan.step_ino = step_ino;
   plan.step_path = PathOfLocked(step_ino);
+  plan.renamed = rt.renamed;
+  plan.forced = rt.forced;
+  plan.nested_only = !rt.direct;
+  plan.session = rt.session;
+  plan.quiet_ns = clock_->MonotonicNanos() - rt.last_activity;
   std::vector<std::pair<std::string, uint64_t>> files;
   CollectFiles(dir, "", &files);
   for (auto& [path, ino] : files) plan.files.push_back({std::move(path), ino, Find(ino)->rec.size});
   return plan;
 }
 
-void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken) {
+void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken, bool settling) {
   std::lock_guard<std::mutex> lock(mu_);
   StepRuntime& rt = step_runtime_[step_ino];
   rt.committing = false;
+  rt.settling = settling;
   rt.outcome_gen++;
   step_cv_.notify_all();
   auto it = steps_.find(step_ino);
@@ -203,9 +314,9 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
   rec.error = why.message();
   if (broken) {
     rec.state = StepState::kBroken;
-    rt.commit_wanted = false;
+    EndCommitRequest(&rt);
   } else if (!waiting) {
-    rt.commit_wanted = false;
+    EndCommitRequest(&rt);
   }
   ManifestBatch batch;
   batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(rec));
@@ -219,6 +330,20 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
   } else if (old_error != rec.error) {
     EmitStepEvent("commit_waiting", step_ino, rec, rec.error);
   }
+}
+
+void FileSystem::DropCommitRequest(uint64_t step_ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StepRuntime& rt = step_runtime_[step_ino];
+  rt.committing = false;
+  rt.outcome_gen++;
+  if (!rt.direct) {
+    EndCommitRequest(&rt);
+  } else if (request_commit_) {
+    // A direct trigger (ckptfs commit, an index file) arrived meanwhile.
+    request_commit_(step_ino);
+  }
+  step_cv_.notify_all();
 }
 
 Status FileSystem::FinishCommit(const CommitPlan& plan) {
@@ -238,6 +363,8 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   rec.files = 0;
   rec.error.clear();
   rec.ephemeral = plan.ephemeral;
+  rec.session = plan.session;
+  rec.best_ref = plan.best_ref;
   // Inode numbers, not pointers: retention below may evict inodes.
   std::vector<uint64_t> sealed;
   for (const auto& file : plan.files) {
@@ -271,7 +398,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   Status st = Apply(batch, /*sync=*/true);
   if (auto rt_it = step_runtime_.find(plan.step_ino); rt_it != step_runtime_.end()) {
     rt_it->second.outcome_gen++;
-    if (st.ok()) rt_it->second.commit_wanted = false;
+    if (st.ok()) EndCommitRequest(&rt_it->second);
   }
   step_cv_.notify_all();
   if (!st.ok()) {
@@ -306,13 +433,23 @@ void FileSystem::RequestIdleCommits() {
     if (now - rt.last_activity < options_.commit_idle_ns) continue;
     Inode* dir = Find(ino);
     if (!dir || OpenWritersUnder(dir) > 0) continue;
-    RequestCommitLocked(ino);
+    RequestCommitLocked(ino, CommitTrigger::kIdle);
+  }
+}
+
+void FileSystem::RequestSettledCommits() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = clock_->MonotonicNanos();
+  for (auto& [ino, rt] : step_runtime_) {
+    if (!rt.commit_wanted || rt.committing || !rt.settling) continue;
+    if (now - rt.last_activity < options_.commit_settle_ns) continue;
+    RequestCommitLocked(ino, CommitTrigger::kRetry);
   }
 }
 
 void FileSystem::RequestCommit(uint64_t step_ino) {
   std::lock_guard<std::mutex> lock(mu_);
-  RequestCommitLocked(step_ino);
+  RequestCommitLocked(step_ino, CommitTrigger::kExplicit);
 }
 
 Status FileSystem::CommitAndWait(uint64_t step_ino) {
@@ -323,7 +460,11 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
   }
   if (it->second.state == StepState::kCommitted) return Status::Ok();
   const uint64_t gen = step_runtime_[step_ino].outcome_gen;
-  RequestCommitLocked(step_ino);
+  RequestCommitLocked(step_ino, CommitTrigger::kExplicit);
+  // Waits for the first attempt only. This runs inside the setxattr, which
+  // holds the step directory's inode lock in the kernel: waiting longer
+  // would block the very creates (a late shard, a straggler rank) the
+  // commit may be waiting for. `ckptfs commit` polls the state afterwards.
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::nanoseconds(options_.commit_wait_ns) + std::chrono::seconds(5);
   step_cv_.wait_until(lock, deadline, [&] {
@@ -338,11 +479,17 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
     case StepState::kBroken:
       return Status::Error(EIO, "step is broken: " + it->second.error);
     default:
-      if (step_runtime_[step_ino].outcome_gen == gen) {
-        return Status::Error(ETIMEDOUT, "commit timed out: " + it->second.error);
-      }
-      return Status::Error(EBUSY, "not committed: " + it->second.error);
+      break;
   }
+  auto rt = step_runtime_.find(step_ino);
+  // No attempt ended in time: files stayed open for writing.
+  if (rt != step_runtime_.end() && rt->second.outcome_gen == gen) {
+    return Status::Error(ETIMEDOUT, "commit timed out: " + it->second.error);
+  }
+  // Still asked for (waiting for files or for quiet): accepted. A trainer's
+  // commit callback must not fail because a shard is still to come.
+  if (rt != step_runtime_.end() && rt->second.commit_wanted) return Status::Ok();
+  return Status::Error(EBUSY, "not committed: " + it->second.error);
 }
 
 std::vector<StepSummary> FileSystem::Steps() {

@@ -20,7 +20,7 @@ Result<Entry> FileSystem::LookupVirtual(uint64_t parent, const std::string& name
     ino = kEventsFileIno;
   } else if (parent == kControlDirIno && name == "metrics") {
     ino = kMetricsFileIno;
-  } else if (!IsVirtual(parent) && name == kLatestName && LatestStepOf(parent) != 0) {
+  } else if (!IsVirtual(parent) && name == kLatestName && VirtualLatestOf(parent) != 0) {
     ino = kLatestBit | parent;
   } else {
     return Status::Error(ENOENT, name + " does not exist");
@@ -49,7 +49,7 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
     st.st_size = static_cast<off_t>(RenderControlFile(ino).size());
     st.st_mtim = st.st_ctim = clock_->Now();
   } else if ((ino & kLatestBit) && !(ino & kVirtualBit)) {
-    const uint64_t step = LatestStepOf(ino & ~kLatestBit);
+    const uint64_t step = VirtualLatestOf(ino & ~kLatestBit);
     if (step == 0) return Status::Error(ENOENT, "no committed step");
     Inode* target = Find(step);
     st.st_mode = S_IFLNK | 0444;

@@ -58,7 +58,13 @@ class SharedData final : public DataStore {
 
 class FsEnv {
  public:
-  explicit FsEnv(FileSystemOptions options = {}) : options_(std::move(options)) { Start(); }
+  // Commits of layouts that list no files wait --commit-settle of quiet on
+  // the test's manual clock; tests about settling pass keep_settle, the
+  // others commit at once (settle 0).
+  explicit FsEnv(FileSystemOptions options = {}, bool keep_settle = false) : options_(std::move(options)) {
+    if (!keep_settle) options_.commit_settle_ns = 0;
+    Start();
+  }
   ~FsEnv() { Stop(); }
 
   void Start() {

@@ -53,7 +53,8 @@ Status ReadFully(ShardReader& files, const std::string& path, uint64_t offset, v
   return Status::Ok();
 }
 
-Result<std::optional<std::shared_ptr<FullView>>> FullView::Build(ShardReader& files) {
+Result<std::optional<std::shared_ptr<FullView>>> FullView::Build(ShardReader& files,
+                                                                 const std::string& dir_name) {
   using Found = std::optional<std::shared_ptr<FullView>>;
   try {
     std::shared_ptr<FullView> view(new FullView());
@@ -68,6 +69,7 @@ Result<std::optional<std::shared_ptr<FullView>>> FullView::Build(ShardReader& fi
       nlohmann::json doc = nlohmann::json::parse(*meta, nullptr, /*allow_exceptions=*/false);
       if (!doc.is_object() || !doc.contains("tensors")) return Found();
       CKPTFS_RETURN_IF_ERROR(view->BuildOlmo(std::move(*meta)));
+      view->whole_group_ = dir_name;
     } else {
       return Found();
     }

@@ -116,8 +116,13 @@ class FullView {
 
   // nullopt when the directory holds no checkpoint this view knows (no
   // `.metadata`, no OLMo-core metadata.json); EIO when it does but the
-  // metadata is malformed.
-  static Result<std::optional<std::shared_ptr<FullView>>> Build(ShardReader& files);
+  // metadata is malformed. dir_name: the checkpoint directory's own name;
+  // an OLMo-core safetensors directory holds one group of the state dict
+  // (model/ or optim/), so its view also has `<dir_name>.safetensors` with
+  // every tensor under its own name (model/.full/model.safetensors has the
+  // model's parameter names, for Hugging Face-style loading).
+  static Result<std::optional<std::shared_ptr<FullView>>> Build(ShardReader& files,
+                                                               const std::string& dir_name = "");
 
   ViewFormat format() const { return format_; }
   const std::vector<ViewNode>& nodes() const { return nodes_; }
@@ -152,6 +157,7 @@ class FullView {
                                                                ShardReader& files) const;
 
   ViewFormat format_ = ViewFormat::kDcp;
+  std::string whole_group_;  // OLMo-core: the directory's name, for <name>.safetensors
   DcpMetadata dcp_;
   OlmoMetadata olmo_;
   std::vector<ViewTensor> tensors_;

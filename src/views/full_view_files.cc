@@ -78,6 +78,11 @@ Status FullView::AddFiles() {
     if (auto g = SplitGroup(tensors_[t].fqn)) groups[g->first].emplace_back(g->second, t);
   }
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, uint32_t>>>> files;
+  if (!whole_group_.empty() && !all.empty()) {
+    // The directory is itself one group (OLMo-core's model/ or optim/).
+    std::optional<std::string> name = ViewFileName(whole_group_ + ".safetensors");
+    if (name && *name != kAllSafetensorsName) files.emplace_back(*name, all);
+  }
   if (!all.empty()) files.emplace_back(kAllSafetensorsName, std::move(all));
   for (auto& [group, entries] : groups) {
     std::optional<std::string> name = ViewFileName(group + ".safetensors");

@@ -224,6 +224,26 @@ def test_dcp_marker_first_waits_for_all_shards(ckptfs, dcp_reference):
     assert tree_digest(dst) == tree_digest(dcp_reference)
 
 
+def test_cli_commit_waits_for_missing_shards(ckptfs, dcp_reference):
+    """`ckptfs commit` on a step still waiting for a shard waits for the outcome
+    (it used to answer EBUSY within seconds)."""
+    dst = ckptfs.path("run1", "step100")
+    os.makedirs(dst)
+    shards = sorted(n for n in os.listdir(dcp_reference) if n != ".metadata")
+    for n in [".metadata"] + shards[:-1]:
+        shutil.copyfile(os.path.join(dcp_reference, n), os.path.join(dst, n))
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", ckptfs.commit("run1/step100")))
+    t.start()
+    t.join(3.0)
+    assert t.is_alive(), f"ckptfs commit returned while a shard was missing: {result}"
+    shutil.copyfile(os.path.join(dcp_reference, shards[-1]), os.path.join(dst, shards[-1]))
+    t.join(60)
+    assert not t.is_alive()
+    assert result["r"].returncode == 0, result["r"].stderr
+    assert ckptfs.state("run1/step100") == "committed"
+
+
 def test_unparseable_dcp_metadata_is_broken(ckptfs):
     make_step(ckptfs, "run1/step100", {"__0_0.distcp": b"x" * 100})
     commit_ok(ckptfs, "run1/step100")  # a good step first: latest must stay on it
@@ -310,7 +330,8 @@ def test_setfattr_commit(ckptfs):
     r = subprocess.run(["setfattr", "-n", "user.ckptfs.commit", "-v", "1",
                         ckptfs.path("run1", "step100")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert ckptfs.state("run1/step100") == "committed"
+    # Accepted; a layout that lists no files commits after --commit-settle of quiet.
+    ckptfs.wait_state("run1/step100", "committed", timeout=15)
     assert ckptfs.latest("run1") == "step100"
     assert_contents(ckptfs, "run1/step100", written)
 
@@ -442,19 +463,31 @@ def test_latest_follows_highest_committed_step(ckptfs):
     assert ckptfs.latest("run1") == "step1000"
     st = os.lstat(ckptfs.path("run1", "latest"))
     assert st.st_mode & 0o170000 == 0o120000          # S_IFLNK
-    assert "latest" in os.listdir(ckptfs.path("run1"))
+    # Reachable by name, not listed: trainers parse every entry of their folder.
+    assert "latest" not in os.listdir(ckptfs.path("run1"))
     assert sorted(os.listdir(ckptfs.path("run1", "latest"))) == sorted(
         os.listdir(ckptfs.path("run1", "step1000")))
+
+
+def test_show_latest_lists_the_link(make_ckptfs):
+    m = make_ckptfs("--show-latest")
+    make_step(m, "run1/step100")
+    commit_ok(m, "run1/step100")
+    assert "latest" in os.listdir(m.path("run1"))
 
 
 def test_latest_is_read_only(ckptfs):
     make_step(ckptfs, "run1/step100")
     commit_ok(ckptfs, "run1/step100")
     latest = ckptfs.path("run1", "latest")
-    expect_errno(READ_ONLY_ERRNOS, os.unlink, latest)
     expect_errno(errno.EEXIST, os.symlink, "step5", latest)
     expect_errno(READ_ONLY_ERRNOS + (errno.EEXIST,), os.rename, latest, ckptfs.path("run1", "x"))
     assert ckptfs.latest("run1") == "step100"
+    # rm turns the link off for this run; a user's own link can take the name.
+    os.unlink(latest)
+    assert not os.path.lexists(latest)
+    os.symlink("step100", latest)
+    assert os.readlink(latest) == "step100" and ckptfs.xattr("run1", "user.ckptfs.latest_link") == "off"
 
 
 def test_latest_per_run_and_nested(ckptfs):
