@@ -4,6 +4,14 @@
 // imports. RemoteTier (src/tiering) does the I/O on its own threads and
 // calls these methods; every decision is made here, under mu_, against the
 // in-memory image, and recorded in the manifest (docs/manifest.md).
+//
+// Run-level files (a run directory's regular files beside its steps, such
+// as DeepSpeed's `latest`) are mutable: each closed version goes up to its
+// natural key, but only once every step that was unfinished in its run
+// when it was closed is persisted or gone, so the remote copy of an index
+// never names a step the remote does not hold (docs/operations.md).
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -19,16 +27,119 @@ bool SameVersion(const Inode& inode, uint64_t size, int64_t mtime_ns) {
   return inode.rec.size == size && VersionMtime(inode) == mtime_ns;
 }
 
+// Names ckptfs keeps for itself in the remote and in the namespace (the
+// control directory, commit objects, the file:// store's work directories):
+// never uploaded or imported as run-level files.
+bool IsCkptfsName(const std::string& name) { return name.rfind(".ckptfs", 0) == 0; }
+
+// "run1/latest" -> "run1"; "latest" -> "" (the root).
+std::string ParentPath(const std::string& key) {
+  const size_t slash = key.rfind('/');
+  return slash == std::string::npos ? std::string() : key.substr(0, slash);
+}
+
+std::string ChildKey(const std::string& dir_path, const std::string& name) {
+  return dir_path.empty() ? name : dir_path + "/" + name;
+}
+
+// Neither persisted nor going to be: a new version of a run-level file
+// waits while such a step of its run may be the one it names.
+bool NotPersisted(const StepRecord& rec) { return rec.state != StepState::kCommitted || !rec.persisted; }
+
+// Still being saved or uploaded (or removed): a file closed now may name it.
+bool InProgress(const StepRecord& rec) {
+  return rec.state == StepState::kWriting || rec.state == StepState::kDeleting ||
+         (rec.state == StepState::kCommitted && !rec.persisted);
+}
+
 }  // namespace
 
 Status FileSystem::CheckNotReserved(uint64_t parent, const std::string& name) const {
   // The commit object's key is <step>/.ckptfs-commit.json: a file of that
-  // name directly in a step would be overwritten by it in the remote.
-  if (options_.remote && name == kCommitObjectName && steps_.count(parent)) {
+  // name directly in a step would be overwritten by it in the remote, and
+  // one directly in a run directory (uploaded as a run-level file) would
+  // look like the commit object of a step named like the run.
+  if (!options_.remote || name != kCommitObjectName) return Status::Ok();
+  auto dir = inodes_.find(parent);
+  if (steps_.count(parent) || (dir != inodes_.end() && HoldsStepLocked(*dir->second))) {
     return Status::Error(EPERM, std::string(kCommitObjectName) +
-                                    " is reserved in steps for ckptfs's commit object in the remote");
+                                    " is reserved in steps and run directories for ckptfs's commit object in the remote");
   }
   return Status::Ok();
+}
+
+bool FileSystem::HoldsStepLocked(const Inode& dir) const {
+  if (!dir.is_dir()) return false;
+  for (const auto& [name, dent] : dir.children) {
+    if (steps_.count(dent.ino)) return true;
+  }
+  return false;
+}
+
+bool FileSystem::IsRunFileLocked(const Inode& inode) const {
+  // Hard-linked files have more than one path, so no natural key.
+  return inode.is_reg() && inode.rec.nlink == 1 && run_dirs_.count(inode.rec.parent) &&
+         !IsCkptfsName(inode.name);
+}
+
+FileSystem::RunFileWait FileSystem::RunFileWaitLocked(const Inode& file) {
+  RunFileWait wait{file.rec.size, VersionMtime(file), {}};
+  // Changed before this daemon started (queued before a restart, or its
+  // queue entry lost with a power cut): it waits for every step not
+  // persisted, because a step being saved when it was closed is incomplete
+  // now and may be the one it names. Changed since: a step that was already
+  // incomplete or broken then is not what the trainer just saved.
+  const bool before_start = wait.mtime_ns <= TimespecToNanos(start_time_);
+  if (Inode* run = Find(file.rec.parent)) {
+    for (const auto& [name, dent] : run->children) {
+      auto it = steps_.find(dent.ino);
+      if (it == steps_.end()) continue;
+      if (before_start ? NotPersisted(it->second) : InProgress(it->second)) wait.steps.push_back(dent.ino);
+    }
+  }
+  return wait;
+}
+
+bool FileSystem::RunFileReadyLocked(Inode* inode) {
+  if (inode->open_writers > 0) return false;
+  auto it = run_file_waits_.find(inode->rec.ino);
+  if (it == run_file_waits_.end()) {
+    it = run_file_waits_.emplace(inode->rec.ino, RunFileWaitLocked(*inode)).first;  // loaded at start
+  } else if (!SameVersion(*inode, it->second.size, it->second.mtime_ns)) {
+    // Changed since the wait was taken without a close that queued it
+    // (truncated, touched): the new version waits anew.
+    it->second = RunFileWaitLocked(*inode);
+  }
+  // A step it waits for is done once persisted or no longer in the run (a
+  // step that turned incomplete or broken keeps it waiting until it goes).
+  std::vector<uint64_t>& steps = it->second.steps;
+  steps.erase(std::remove_if(steps.begin(), steps.end(),
+                             [&](uint64_t step) {
+                               auto rec = steps_.find(step);
+                               Inode* dir = Find(step);
+                               return rec == steps_.end() || !dir || dir->rec.parent != inode->rec.parent ||
+                                      !NotPersisted(rec->second);
+                             }),
+              steps.end());
+  return steps.empty();
+}
+
+std::set<std::string> FileSystem::RunsWithReadyRunFilesLocked() {
+  std::set<std::string> out;
+  for (const auto& [ino, rec] : uploads_) {
+    Inode* inode = Find(ino);
+    if (!inode || !IsRunFileLocked(*inode)) continue;
+    if (RunFileReadyLocked(inode)) out.insert(PathOfLocked(inode->rec.parent));
+  }
+  return out;
+}
+
+bool FileSystem::RunFileWillReplaceLocked(const std::string& key) {
+  const uint64_t ino = ResolveRelative(kRootIno, key);
+  Inode* inode = ino ? Find(ino) : nullptr;
+  // Closed or not: a run-level file that is not up to date at its path is
+  // queued at its close or by the next QueueRunFileUploads.
+  return inode && IsRunFileLocked(*inode) && !ObjectIsCurrent(*inode, key);
 }
 
 void FileSystem::SetTierHooks(TierHooks* hooks) {
@@ -72,7 +183,12 @@ bool FileSystem::ObjectIsCurrent(const Inode& inode, const std::string& path) co
 
 void FileSystem::QueueUploadLocked(Inode* inode, ManifestBatch* batch) {
   if (!options_.remote || !inode->is_reg() || inode->rec.nlink == 0) return;
-  if (StepOf(inode->rec.parent) == 0) return;  // only checkpoint data goes to the remote
+  if (StepOf(inode->rec.parent) == 0) {
+    // Outside steps only run-level files go to the remote. This version may
+    // name any step not finished now: it waits for them (RunFileReadyLocked).
+    if (!IsRunFileLocked(*inode)) return;
+    run_file_waits_[inode->rec.ino] = RunFileWaitLocked(*inode);
+  }
   UploadRecord& rec = uploads_[inode->rec.ino];
   rec.size = inode->rec.size;
   rec.mtime_ns = VersionMtime(*inode);
@@ -91,6 +207,7 @@ void FileSystem::ForgetObjectLocked(Inode* inode, ManifestBatch* batch) {
   ForgetChecksumLocked(inode, batch);
   const uint64_t ino = inode->rec.ino;
   if (uploads_.erase(ino)) batch->Delete(KeySpace::kUploads, InoKey(ino));
+  ForgetRunFileWaitLocked(ino);
   if (tier_) tier_->Forget(ino);
   if (!inode->object) return;
   auto it = object_keys_.find(inode->object->key);
@@ -154,13 +271,16 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
   for (auto it = uploads_.begin(); it != uploads_.end() && out.size() < max;) {
     const uint64_t ino = it->first;
     Inode* inode = Find(ino);
-    if (!inode || inode->rec.nlink == 0 || !inode->is_reg() || StepOf(inode->rec.parent) == 0) {
-      // Gone, or moved out of every step: nothing to upload.
+    const bool in_step = inode && StepOf(inode->rec.parent) != 0;
+    const bool run_file = inode && !in_step && IsRunFileLocked(*inode);
+    if (!inode || inode->rec.nlink == 0 || !inode->is_reg() || (!in_step && !run_file)) {
+      // Gone, or moved out of every step and run directory: nothing to upload.
       drop.Delete(KeySpace::kUploads, InoKey(ino));
+      ForgetRunFileWaitLocked(ino);
       it = uploads_.erase(it);
       continue;
     }
-    if (busy.count(ino) || inode->open_writers > 0) {
+    if (busy.count(ino) || inode->open_writers > 0 || (run_file && !RunFileReadyLocked(inode))) {
       ++it;
       continue;
     }
@@ -252,6 +372,7 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c) {
   object_keys_[rec.key] = job.ino;
   batch.Put(KeySpace::kObjects, InoKey(job.ino), EncodeObject(rec));
   if (uploads_.erase(job.ino)) batch.Delete(KeySpace::kUploads, InoKey(job.ino));
+  ForgetRunFileWaitLocked(job.ino);
   return Apply(batch, false);
 }
 
@@ -325,6 +446,8 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
   const StepRecord rec = it->second;
   batch.Put(KeySpace::kSteps, InoKey(job.step_ino), EncodeStep(rec));
   EmitStepEvent("persisted", job.step_ino, rec);
+  // Run-level files waiting for this step may go now.
+  if (tier_ && !run_file_waits_.empty()) tier_->UploadsQueued();
   // The newest persisted step may have been all that kept an older one
   // (SPEC section 5's safety rule): retention looks again, in this batch.
   if (Inode* dir = Find(job.step_ino)) ApplyRetentionLocked(dir->rec.parent, &batch);
@@ -335,13 +458,19 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
   std::lock_guard<std::mutex> lock(mu_);
   RemoteGcBatch out;
   ManifestBatch drop;
+  // A run whose index is about to go up keeps its steps' commit objects
+  // until it is up: when retention removes the step the old `latest` names
+  // as the new one's step is persisted, the old index never outlives it.
+  const std::set<std::string> runs_uploading = RunsWithReadyRunFilesLocked();
   for (bool commit : {true, false}) {
     bool claimed_commit = false;
     const std::string prefix(1, commit ? kRemoteGcCommitPrefix : kRemoteGcDataPrefix);
     CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kRemoteGc, prefix,
                                            [&](std::string_view k, std::string_view) {
       const std::string key(RemoteGcObjectKey(k));
-      if (claimed_keys_.count(key)) {
+      std::string step_path;
+      if (claimed_keys_.count(key) ||
+          (commit && IsCommitObjectKey(key, &step_path) && runs_uploading.count(ParentPath(step_path)))) {
         claimed_commit |= commit;
         return true;  // an upload or commit object in flight: later
       }
@@ -349,6 +478,7 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
         drop.Delete(KeySpace::kRemoteGc, std::string(k));  // a live file's object now
         return true;
       }
+      if (!commit && RunFileWillReplaceLocked(key)) return true;  // replaced by its upload instead
       out.keys.push_back(key);
       return out.keys.size() < max;
     }));
@@ -615,6 +745,110 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
   EmitStepEvent("import", step_ino, rec);
   return Status::Ok();
+}
+
+void FileSystem::QueueRunFileUploads() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!options_.remote) return;
+  // Run directories are the parents of steps. A directory inside a step
+  // is not one: its files are the step's.
+  run_dirs_.clear();
+  for (const auto& [ino, rec] : steps_) {
+    Inode* step = Find(ino);
+    if (step && step->rec.parent != 0 && StepOf(step->rec.parent) == 0) run_dirs_.insert(step->rec.parent);
+  }
+  ManifestBatch batch;
+  for (uint64_t run : run_dirs_) {
+    Inode* dir = Find(run);
+    if (!dir) continue;
+    const std::string base = PathOfLocked(run);
+    for (const auto& [name, dent] : dir->children) {
+      Inode* file = Find(dent.ino);
+      // Open for writing: its last close queues it.
+      if (!file || !IsRunFileLocked(*file) || file->open_writers > 0 || uploads_.count(dent.ino)) continue;
+      if (!ObjectIsCurrent(*file, ChildKey(base, name))) QueueUploadLocked(file, &batch);
+    }
+  }
+  (void)Apply(batch, false);
+}
+
+Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objects) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  Inode* root = Find(kRootIno);
+  const Caller owner{root->rec.uid, root->rec.gid};
+  ManifestBatch batch;
+  size_t imported = 0;
+  Status failed;  // what is in memory already is written below either way
+  for (const RemoteObject& obj : objects) {
+    const std::string dir_path = ParentPath(obj.key);
+    const std::string name = dir_path.empty() ? obj.key : obj.key.substr(dir_path.size() + 1);
+    if (!CheckName(name).ok() || IsCkptfsName(name)) continue;
+    const uint64_t dir_ino = dir_path.empty() ? kRootIno : ResolveRelative(kRootIno, dir_path);
+    Inode* dir = dir_ino ? Find(dir_ino) : nullptr;
+    if (!dir || !HoldsStepLocked(*dir) || StepOf(dir_ino) != 0) continue;
+    if (dir->children.count(name)) continue;   // local wins
+    if (object_keys_.count(obj.key)) continue;  // a live file's object (the file moved)
+    auto queued = manifest_->Get(KeySpace::kRemoteGc, RemoteGcKey(obj.key, false));
+    if (!queued.ok()) {
+      failed = queued.status();
+      break;
+    }
+    if (queued->has_value()) continue;  // deleted here; the remote deletion is pending
+    auto made = NewInode(owner, dir_ino, name, S_IFREG | 0644, &batch);
+    if (!made.ok()) {
+      failed = made.status();
+      break;
+    }
+    Inode* file = *made;
+    file->rec.size = obj.size;
+    PutInode(*file, &batch);
+    AddChild(dir, name, file, &batch);
+    ObjectRecord rec;
+    rec.key = obj.key;
+    rec.size = obj.size;
+    rec.mtime_ns = VersionMtime(*file);  // the version shown here, so it is not uploaded back
+    rec.resident = obj.size == 0;
+    file->object = rec;
+    object_keys_[rec.key] = file->rec.ino;
+    batch.Put(KeySpace::kObjects, InoKey(file->rec.ino), EncodeObject(rec));
+    imported++;
+  }
+  if (imported > 0) {
+    CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
+    CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
+  }
+  if (!failed.ok()) return failed;
+  return imported;
+}
+
+Status FileSystem::MakeLocalForWriteLocked(std::unique_lock<std::mutex>& lock, uint64_t ino) {
+  // A few rounds at most: each fetches the object the file has then.
+  for (int round = 0; round < 3; round++) {
+    Inode* inode = Find(ino);
+    if (!inode || !inode->is_reg() || inode->rec.sealed || !inode->object || inode->object->resident) {
+      return Status::Ok();
+    }
+    TierHooks* const tier = tier_;
+    if (!tier) return Status::Error(EIO, PathOfLocked(ino) + ": its data is only in the remote (mount with --remote)");
+    const std::string key = inode->object->key;
+    const uint64_t size = inode->rec.size;
+    lock.unlock();
+    // Every byte, also those the write or truncation would replace: a
+    // chunk some reader's read-ahead is fetching is waited for, so no
+    // fetch lands on the new contents later. In windows, so a large file
+    // is not asked for all at once.
+    constexpr uint64_t kWindow = 64ULL << 20;
+    auto file = data_->Open(ino, /*create=*/true);
+    Status st = file.status();
+    for (uint64_t off = 0; st.ok() && off < size; off += kWindow) {
+      st = tier->EnsureLocal(ino, key, size, file->get(), off, static_cast<size_t>(std::min(kWindow, size - off)));
+    }
+    if (st.ok()) st = MarkResident(ino, file->get());
+    lock.lock();
+    if (!st.ok()) return st.Annotate("fetching " + key + " before writing it");
+  }
+  return Status::Error(EAGAIN, "the file kept changing while it was fetched before writing");
 }
 
 FileSystem::UploadProgress FileSystem::ProgressLocked(uint64_t step_ino) {

@@ -10,7 +10,13 @@ namespace ckptfs {
 
 namespace {
 constexpr size_t kDeleteBatch = 1000;  // S3 DeleteObjects' limit
+
+// "run1/step100" -> "run1"; "step100" -> "" (the root).
+std::string ParentOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
+}  // namespace
 
 uint64_t PartSizeFor(uint64_t size, uint64_t min_part) {
   constexpr uint64_t kMiB = 1ULL << 20;
@@ -40,6 +46,9 @@ RemoteTier::~RemoteTier() {
 
 void RemoteTier::Start() {
   RecomputeCacheUse();
+  // Before any upload worker asks for work: which directories are runs,
+  // so queued run-level files are recognised as such.
+  fs_->QueueRunFileUploads();
   for (int i = 0; i < options_.upload_files; i++) threads_.emplace_back([this] { UploadLoop(); });
   for (int i = 0; i < options_.fetch_threads; i++) threads_.emplace_back([this] { FetchLoop(); });
   threads_.emplace_back([this] { ControlLoop(); });
@@ -71,9 +80,11 @@ Result<size_t> RemoteTier::ImportPersistedSteps() {
   if (!listed.ok()) return listed.status();
   const std::set<std::string> being_deleted = fs_->StepPathsBeingDeleted();
   size_t imported = 0;
+  std::set<std::string> run_paths;  // directories holding a persisted step
   for (const ObjectInfo& info : *listed) {
     std::string step_path;
     if (!IsCommitObjectKey(info.key, &step_path) || being_deleted.count(step_path)) continue;
+    run_paths.insert(ParentOf(step_path));
     auto body = store_->GetRange(info.key, 0, info.size);
     if (!body.ok()) {
       if (body.err() == ENOENT) continue;  // deleted since the listing
@@ -94,13 +105,30 @@ Result<size_t> RemoteTier::ImportPersistedSteps() {
                        {"error", "not imported from the remote: " + st.message()}});
     }
   }
+  // Run-level files (the trainers' own indexes) come after the steps they
+  // sit beside: objects directly in those directories. FileSystem decides
+  // which of them to show. Directories of every listed step, not only those
+  // imported now, so a crash between the two imports is made good later.
+  std::vector<FileSystem::RemoteObject> run_objects;
+  for (const ObjectInfo& info : *listed) {
+    if (run_paths.count(ParentOf(info.key))) run_objects.push_back({info.key, info.size});
+  }
+  auto run_files = fs_->ImportRunFiles(run_objects);
+  if (!run_files.ok()) {
+    events_->Append({{"event", "error"}, {"error", "run-level files not imported from the remote: " +
+                                                       run_files.status().message()}});
+    return run_files.status();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     import_done_ = true;
   }
   import_cv_.notify_all();
-  if (imported > 0) {
-    events_->Append({{"event", "import_done"}, {"remote", store_->Describe()}, {"steps", imported}});
+  if (imported > 0 || *run_files > 0) {
+    events_->Append({{"event", "import_done"},
+                     {"remote", store_->Describe()},
+                     {"steps", imported},
+                     {"run_files", *run_files}});
   }
   return imported;
 }
@@ -186,6 +214,7 @@ void RemoteTier::ControlLoop() {
       }
     }
     MarkFetchedFilesResident();
+    fs_->QueueRunFileUploads();
     (void)PersistSteps();
     bool gc_due;
     {
@@ -217,21 +246,25 @@ Status RemoteTier::RunOnceForTest() {
     std::lock_guard<std::mutex> lock(mu_);
     retry_after_.clear();
   }
-  FileSystem::UploadJob job;
   Status first;
-  std::set<uint64_t> tried;  // each file once per pass, failed or not
-  while (TakeUpload(&job, tried)) {
-    tried.insert(job.ino);
-    Status st = Upload(job);
-    UploadFinished(job.ino, st, job.size);
-    if (!st.ok() && first.ok()) first = st;
-  }
-  {
+  auto upload_all = [&] {
+    FileSystem::UploadJob job;
+    std::set<uint64_t> tried;  // each file once per round, failed or not
+    while (TakeUpload(&job, tried)) {
+      tried.insert(job.ino);
+      Status st = Upload(job);
+      UploadFinished(job.ino, st, job.size);
+      if (!st.ok() && first.ok()) first = st;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     retry_after_.clear();
-  }
+  };
+  fs_->QueueRunFileUploads();
+  upload_all();
   MarkFetchedFilesResident();
   if (Status st = PersistSteps(); !st.ok() && first.ok()) first = st;
+  // Run-level files that waited for the steps just persisted.
+  upload_all();
   if (Status st = DeleteRemoteGarbage(); !st.ok() && first.ok()) first = st;
   RecomputeCacheUse();
   if (Status st = EvictIfNeeded(); !st.ok() && first.ok()) first = st;

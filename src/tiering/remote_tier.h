@@ -9,7 +9,8 @@
 //     unpersisted data is left;
 //   * fetch ranges of non-resident files on read, with read-ahead, into
 //     sparse backing files (what was fetched is kept in a presence map);
-//   * import persisted steps from the remote at mount (cold mount).
+//   * import persisted steps from the remote at mount (cold mount), and the
+//     run-level files beside them (DeepSpeed's `latest`, RecIS's index).
 // Every decision about the namespace is FileSystem's (filesystem_tiering.cc);
 // this class never touches the manifest itself.
 //
@@ -74,9 +75,10 @@ class RemoteTier : public TierHooks {
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
 
-  // Shows every persisted step of the remote that is not here (cold mount).
-  // Returns how many steps were imported; on failure the control thread
-  // tries again until it succeeds once.
+  // Shows every persisted step of the remote that is not here (cold mount),
+  // then the run-level files in their directories (FileSystem::
+  // ImportRunFiles). Returns how many steps were imported; on failure the
+  // control thread tries again until it succeeds once.
   Result<size_t> ImportPersistedSteps();
   // Starts the background threads (uploads, control, fetches). The control
   // thread imports persisted steps first, then keeps trying until it works.
@@ -85,8 +87,9 @@ class RemoteTier : public TierHooks {
   bool WaitForImport(std::chrono::nanoseconds timeout);
 
   // For tests: runs one pass of every background job on the calling thread
-  // (uploads, commit objects, remote deletions, eviction) and returns once
-  // nothing more can be done right now.
+  // (run-level files queued, uploads, commit objects, the uploads those
+  // released, remote deletions, eviction) and returns once nothing more can
+  // be done right now.
   Status RunOnceForTest();
 
   // TierHooks.

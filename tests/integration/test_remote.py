@@ -317,3 +317,158 @@ def test_metrics_show_uploads_and_cache(make_ckptfs, remote_dir):
     assert metrics[("ckptfs_steps_persisted", frozenset())] == 1
     assert metrics[("ckptfs_cache_limit_bytes", frozenset())] == 1 << 30
     assert metrics[("ckptfs_file_bytes", frozenset({("state", '"persisted"')}))] == 3 * MiB
+
+
+# ----------------------------------------------------------------------------- run-level files
+# A trainer's own index beside its steps (DeepSpeed's `latest`, RecIS's `checkpoint`) travels
+# with the bucket, so a trainer resuming on a new machine finds what it wrote; the remote copy
+# never names a step the remote does not hold.
+
+def deepspeed_save(m, run, step, data):
+    """DeepSpeed's save_checkpoint: global_step<N>/ files, then `latest` via open("latest", "w")."""
+    tag = f"global_step{step}"
+    d = m.path(run, tag)
+    os.makedirs(d, exist_ok=True)
+    write_file(os.path.join(d, "mp_rank_00_model_states.pt"), data)
+    write_file(os.path.join(d, "zero_pp_rank_0_mp_rank_00_optim_states.pt"), data[::-1])
+    with open(m.path(run, "latest"), "w") as f:
+        f.write(tag)
+    return tag
+
+
+def deepspeed_load(m, run):
+    """DeepSpeed's load_checkpoint(tag=None): the tag from `latest`, then its states file."""
+    with open(m.path(run, "latest")) as f:
+        tag = f.read().strip()
+    return tag, read_file(m.path(run, tag, "mp_rank_00_model_states.pt"))
+
+
+def recis_save(m, run, step, data):
+    """RecIS Saver.save: ckpt_<N>/ files, then the id appended to the run's `checkpoint` ("a+")."""
+    ckpt = f"ckpt_{step}"
+    d = m.path(run, ckpt)
+    os.makedirs(d, exist_ok=True)
+    write_file(os.path.join(d, "model.pt"), data)
+    write_file(os.path.join(d, "extra.pt"), b"extra" + str(step).encode())
+    write_file(os.path.join(d, "io_state_0.pt"), b"io")
+    with open(m.path(run, "checkpoint"), "a+") as f:
+        f.write(ckpt + "\n")
+    return ckpt
+
+
+def s3_object(s3, key):
+    """The object's bytes, or None when there is none."""
+    return s3.get(key) if key in s3.keys(key) else None
+
+
+def assert_index_names_persisted_steps(read_object, run_key, index):
+    """The remote index names only steps whose commit object is in the remote."""
+    body = read_object(f"{run_key}/{index}")
+    if body is None:
+        return
+    for name in body.decode().split():
+        assert read_object(f"{run_key}/{name}/.ckptfs-commit.json") is not None, \
+            f"remote {index} names {name}, which is not persisted in the remote"
+
+
+def wait_remote_object(read_object, key, expected, timeout=60, check=None):
+    def ready():
+        if check:
+            check()
+        return read_object(key) == expected
+    wait_for(ready, timeout, f"{key} = {expected!r} in the remote")
+
+
+@pytest.mark.timeout_s(300)
+def test_s3_deepspeed_latest_travels_with_the_bucket(make_ckptfs, s3):
+    a = make_ckptfs(*s3_args(s3))
+    obj = lambda key: s3_object(s3, key)
+    check = lambda: assert_index_names_persisted_steps(obj, "team/exp/ds", "latest")
+    shards = {}
+    for step in (100, 200):
+        shards[step] = payload(12 * MiB + step, step)
+        tag = deepspeed_save(a, "ds", step, shards[step])
+        check()
+        assert a.commit(f"ds/{tag}").returncode == 0
+        wait_persisted(a, f"ds/{tag}")
+        wait_remote_object(obj, "team/exp/ds/latest", tag.encode(), check=check)
+    a.umount()
+
+    # A new machine: an empty cache on the same bucket finds the same `latest` and the step.
+    b = make_ckptfs(*s3_args(s3))
+    assert os.path.isfile(b.path("ds/latest")) and not os.path.islink(b.path("ds/latest"))
+    assert deepspeed_load(b, "ds") == ("global_step200", shards[200])
+    assert b.state("ds/global_step200") == "committed"
+    # It resumes and saves the next step: `latest` is rewritten in place ("w").
+    shards[300] = payload(3 * MiB, 3)
+    tag = deepspeed_save(b, "ds", 300, shards[300])
+    assert b.commit(f"ds/{tag}").returncode == 0
+    wait_persisted(b, f"ds/{tag}")
+    wait_remote_object(obj, "team/exp/ds/latest", b"global_step300", check=check)
+    # Removing it removes the object.
+    os.unlink(b.path("ds/latest"))
+    wait_for(lambda: obj("team/exp/ds/latest") is None, 60, "the remote latest to be deleted")
+    assert obj("team/exp/ds/global_step300/.ckptfs-commit.json") is not None
+
+
+@pytest.mark.timeout_s(300)
+def test_s3_recis_checkpoint_index_travels_with_the_bucket(make_ckptfs, s3):
+    a = make_ckptfs(*s3_args(s3))
+    obj = lambda key: s3_object(s3, key)
+    check = lambda: assert_index_names_persisted_steps(obj, "team/exp/recis", "checkpoint")
+    models = {}
+    for step in (5, 10):
+        models[step] = payload(4 * MiB + step, step)
+        ckpt = recis_save(a, "recis", step, models[step])
+        check()
+        assert a.commit(f"recis/{ckpt}").returncode == 0
+        wait_persisted(a, f"recis/{ckpt}")
+    wait_remote_object(obj, "team/exp/recis/checkpoint", b"ckpt_5\nckpt_10\n", check=check)
+    a.umount()
+
+    b = make_ckptfs(*s3_args(s3))
+    lines = read_file(b.path("recis/checkpoint")).decode().split()
+    assert lines == ["ckpt_5", "ckpt_10"]
+    assert read_file(b.path("recis", lines[-1], "model.pt")) == models[10]
+    # The resumed trainer appends its next save to the index it found.
+    models[15] = payload(MiB, 15)
+    ckpt = recis_save(b, "recis", 15, models[15])
+    assert b.commit(f"recis/{ckpt}").returncode == 0
+    wait_persisted(b, f"recis/{ckpt}")
+    wait_remote_object(obj, "team/exp/recis/checkpoint", b"ckpt_5\nckpt_10\nckpt_15\n", check=check)
+    # max_keep=2: RecIS removes the oldest step, then rewrites the index without it.
+    import shutil
+    shutil.rmtree(b.path("recis/ckpt_5"))
+    with open(b.path("recis/checkpoint"), "w") as f:
+        f.write("ckpt_10\nckpt_15\n")
+    wait_remote_object(obj, "team/exp/recis/checkpoint", b"ckpt_10\nckpt_15\n", check=check)
+    wait_for(lambda: s3.keys("team/exp/recis/ckpt_5/") == [], 60, "ckpt_5's objects to be deleted")
+
+
+@pytest.mark.timeout_s(180)
+def test_file_remote_latest_renamed_into_place_and_files_before_the_first_step(make_ckptfs, remote_dir):
+    a = make_ckptfs("--remote", f"file://{remote_dir}")
+    obj = lambda key: read_file(os.path.join(remote_dir, key)) if os.path.isfile(os.path.join(remote_dir, key)) else None
+    check = lambda: assert_index_names_persisted_steps(obj, "run", "latest")
+    os.makedirs(a.path("run"))
+    write_file(a.path("run/config.yaml"), b"lr: 0.1\n")  # before any step: not a run yet
+    for step in (1, 2):
+        tag = f"global_step{step}"
+        write_step(a, f"run/{tag}", {"model.pt": payload(2 * MiB, step)})
+        # The tmp + rename idiom (torch.save to latest.tmp, os.replace onto latest).
+        with open(a.path("run/latest.tmp"), "w") as f:
+            f.write(tag)
+        os.replace(a.path("run/latest.tmp"), a.path("run/latest"))
+        check()
+        assert a.commit(f"run/{tag}").returncode == 0
+        wait_persisted(a, f"run/{tag}")
+        wait_remote_object(obj, "run/latest", tag.encode(), check=check)
+    wait_remote_object(obj, "run/config.yaml", b"lr: 0.1\n")
+    wait_for(lambda: obj("run/latest.tmp") is None, 30, "the temporary file's object to go")
+    a.umount()
+
+    b = make_ckptfs("--remote", f"file://{remote_dir}")
+    assert read_file(b.path("run/latest")) == b"global_step2"
+    assert read_file(b.path("run/config.yaml")) == b"lr: 0.1\n"
+    assert read_file(b.path("run/global_step2/model.pt")) == payload(2 * MiB, 2)
+    assert sorted(os.listdir(b.path("run"))) == sorted(["config.yaml", "global_step1", "global_step2", "latest"])
