@@ -199,11 +199,6 @@ def test_hf_older_commit_callback_still_works(ckptfs):
 
 
 @pytest.mark.timeout_s(180)
-@pytest.mark.xfail(strict=False, reason=(
-    "an explicit commit (user.ckptfs.commit, which the old callback sets) seals the step at "
-    "once, without --commit-settle: rank 1's torch.save of rng_state_1.pth a second later "
-    "fails (open gives EROFS; torch: 'cannot be opened'); docs/recipes.md says the older "
-    "recipes still work"))
 def test_hf_older_commit_callback_still_works_with_a_straggler_rank(ckptfs):
     """"older recipes used both [a commit callback, --commit-idle]; they still work": the old
     on_save callback (rank 0 sets user.ckptfs.commit right after trainer_state.json and the

@@ -3,14 +3,22 @@ driven by `CheckpointerCallback` (seed olmo-core-checkpointer-callback.txt), syn
 async saves, on one node (fs-local rank == rank).
 
 File operations of one save of step N into save folder RUN (every rank unless noted):
-  _prepare_dir:   stat RUN/stepN (dir_is_empty: is_dir, then a listing if it exists);
-                  barrier
-  _get_tmp_dir:   rank 0: rmtree RUN/stepN-tmp if it is a directory, mkdir -p it; barrier;
+  _prepare_dir:   dir_is_empty(RUN/stepN): a listing (ENOENT: empty), the first entry
+                  stat'ed; barrier
+  _get_tmp_dir:   rank 0: rmtree(ignore_errors) RUN/stepN-tmp if it is a directory,
+                  mkdir -p it; barrier;
                   wait_for(exists)
   _save_train_state: rank 0 mkdir stepN-tmp/train; wait_for(exists);
                   torch.save -> stepN-tmp/train/rank<R>.pt
-  sync:  DCP save into stepN-tmp/model_and_optim (torch 2.x writer: makedirs,
-         __<R>_0.distcp + fsync, rank 0 .metadata.tmp + fsync + rename to .metadata)
+  sync:  DCP save into stepN-tmp/model_and_optim through OLMo-core's own
+         RemoteFileSystemWriter (src/olmo_core/distributed/checkpoint/filesystem.py; its
+         local-path file operations, olmo_writer below): every rank mkdir -p the
+         directory; per bucket of items (save_thread_count buckets, split by size and
+         type) a tempfile.mktemp(suffix=".distcp") name in it, open "wb", items written,
+         close, rename to __<R>_<n>.distcp, unlink(tmp, missing_ok=True); the coordinator
+         pickles the metadata into a mktemp(suffix=".tmp") file, renames it to .metadata,
+         unlinks the temp name (missing_ok). No fsync. The pickled _StorageInfo class is
+         olmo_core.distributed.checkpoint.filesystem._StorageInfo, as OLMo-core writes it.
   _teardown_tmp_dir: barrier; rank 0 rename stepN-tmp -> stepN; wait_for(exists)
   async: the DCP save runs in a thread into RUN/stepN/model_and_optim AFTER the rename
          (staged copy taken before; the thread starts writing once the renamed step is
@@ -22,7 +30,8 @@ File operations of one save of step N into save folder RUN (every rank unless no
          mkdir -p stepN; rename tmp -> stepN/.metadata.json; close again;
          unlink(tmp, missing_ok=True) (ENOENT, ignored)
 Removal of an old checkpoint (CheckpointerCallback._remove_checkpoint), rank 0: unlink
-  stepN/.metadata.json (FileNotFoundError ignored), then rmtree stepN (clear_directory).
+  stepN/.metadata.json (FileNotFoundError ignored), then clear_directory(stepN): if it is
+  a directory, rmtree(ignore_errors=True).
 Discovery (latest_checkpoint): list RUN, names ^step(\\d+)$ whose dir_is_checkpoint
   (stat .metadata, or train/rank0.pt + model_and_optim/.metadata + .metadata.json).
 Load: torch.load train/rank<R>.pt (falls back to rank0.pt), DCP load of model_and_optim.
@@ -40,12 +49,13 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-from .common import barrier, check, dcp_check, dcp_state, torch2_writer, wait_for
+from .common import barrier, check, dcp_check, dcp_state, wait_for
 
 METADATA_FNAME = ".metadata.json"
 CHECKPOINT_DIR = "step{step}"
 VERSION = "2.1.0"
 FS_TIMEOUT = 120.0
+SAVE_THREAD_COUNT = 2       # Checkpointer.save_thread_count: files per rank
 
 # The train module's state dict (DCP keys as torch 2.x flattens OLMo-core's
 # {"model": ..., "optim": ...}), and non-tensor items.
@@ -61,35 +71,178 @@ OBJECTS = {"optim.param_groups.embeddings.weight.lr": 0.001,
 
 
 # ----------------------------------------------------------------------------- olmo_core.io
+# (the local-path branches of src/olmo_core/io.py)
 
 def file_exists(path):
     return Path(path).exists()
 
 
+def list_directory(d, include_files=True, include_dirs=True):
+    for p in Path(d).iterdir():
+        if (p.is_file() and include_files) or (p.is_dir() and include_dirs):
+            yield str(p)
+
+
 def dir_is_empty(d):
-    d = Path(d)
-    if not d.is_dir():
-        return True
     try:
-        next(d.glob("*"))
+        next(list_directory(d))
         return False
-    except StopIteration:
+    except (StopIteration, FileNotFoundError):
         return True
 
 
 def clear_directory(d):
-    d = Path(d)
-    if d.is_dir():
-        shutil.rmtree(d)
-
-
-def list_directory(d):
-    for p in Path(d).iterdir():
-        yield str(p)
+    if Path(d).is_dir():
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def remove_file(path):
     Path(path).unlink()
+
+
+# ----------------------------------------------------------------------------- the DCP writer
+
+def olmo_storage_info_class():
+    """olmo_core.distributed.checkpoint.filesystem._StorageInfo, registered under that
+    module name so that pickle writes (and reads) the GLOBAL OLMo-core's files carry."""
+    import dataclasses
+    import sys
+    import types
+    name = "olmo_core.distributed.checkpoint.filesystem"
+    mod = sys.modules.get(name)
+    if mod is None:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            sub = ".".join(parts[:i])
+            if sub not in sys.modules:
+                sys.modules[sub] = types.ModuleType(sub)
+            if i > 1:
+                setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], sys.modules[sub])
+        mod = sys.modules[name]
+
+        @dataclasses.dataclass
+        class _StorageInfo:
+            relative_path: str
+            offset: int
+            length: int
+
+        _StorageInfo.__module__ = name
+        _StorageInfo.__qualname__ = "_StorageInfo"
+        mod._StorageInfo = _StorageInfo
+    return mod._StorageInfo
+
+
+def _split_by_size_and_type(bins, items):
+    """OLMo-core's bucketing: bytes items round robin, tensors (largest first) into the
+    bucket with the fewest bytes."""
+    from torch.distributed._shard.checkpoint.planner import WriteItemType
+    if bins == 1:
+        return [items]
+
+    def size(wi):
+        n = 1
+        for d in wi.tensor_data.size:
+            n *= d
+        return n * _elsize(wi.tensor_data.properties.dtype)
+
+    bytes_w = [wi for wi in items if wi.type == WriteItemType.BYTE_IO]
+    tensor_w = sorted((wi for wi in items if wi.type != WriteItemType.BYTE_IO), key=size, reverse=True)
+    buckets = [[] for _ in range(bins)]
+    sizes = [0] * bins
+    for i, wi in enumerate(bytes_w):
+        buckets[i % bins].append(wi)
+    for wi in tensor_w:
+        idx = min(range(bins), key=lambda k: sizes[k])
+        buckets[idx].append(wi)
+        sizes[idx] += size(wi)
+    return buckets
+
+
+def _elsize(dtype):
+    import torch
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def olmo_writer(path, rep, step_name, prefix, thread_count):
+    """A torch 1.13 StorageWriter with the file operations of OLMo-core's
+    RemoteFileSystemWriter for a local path (see the module docstring)."""
+    import dataclasses
+    import pickle
+    import tempfile as tf
+    from pathlib import Path as P
+
+    import torch
+    from torch.distributed._shard.checkpoint import StorageWriter
+    from torch.distributed._shard.checkpoint.filesystem import _StoragePrefix
+    from torch.distributed._shard.checkpoint.storage import WriteResult
+
+    StorageInfo = olmo_storage_info_class()
+
+    def write_items(file_path, storage_key, items, planner):
+        results = []
+        tmp_path = P(tf.mktemp(suffix=".distcp", dir=P(file_path).parent))
+        try:
+            with tmp_path.open("wb") as tmp_file:
+                for write_item in items:
+                    offset = tmp_file.tell()
+                    data = planner.resolve_data(write_item)
+                    if isinstance(data, torch.Tensor):
+                        data = data.cpu()
+                        if data.storage().size() != data.numel():
+                            data = data.clone()
+                        torch.save(data, tmp_file)
+                    else:
+                        tmp_file.write(data.getbuffer())
+                    length = tmp_file.tell() - offset
+                    results.append(WriteResult(index=write_item.index, size_in_bytes=length,
+                                               storage_data=StorageInfo(storage_key, offset, length)))
+            tmp_path.rename(file_path)
+        finally:
+            tmp_path.unlink(missing_ok=True)
+        rep.file(step_name, prefix + storage_key)
+        return results
+
+    class OlmoRemoteFileSystemWriter(StorageWriter):
+        def __init__(self):
+            super().__init__()
+            self.path = str(path).rstrip("/")
+
+        def init(self, is_coordinator):
+            pass
+
+        def prepare_local_plan(self, plan):
+            P(self.path).mkdir(exist_ok=True, parents=True)
+            return plan
+
+        def prepare_global_plan(self, plans):
+            return [dataclasses.replace(p, storage_data=_StoragePrefix(f"__{i}_")) for i, p in enumerate(plans)]
+
+        def write_data(self, plan, planner):
+            storage_plan = plan.storage_data
+            results = []
+            for n, bucket in enumerate(_split_by_size_and_type(thread_count, plan.items)):
+                file_name = f"{storage_plan.prefix}{n}.distcp"
+                results += write_items(f"{self.path}/{file_name}", file_name, bucket, planner)
+            fut = torch.futures.Future()
+            fut.set_result(results)
+            return fut
+
+        def finish(self, metadata, results):
+            storage_md = {}
+            for wr_list in results:
+                storage_md.update({wr.index: wr.storage_data for wr in wr_list})
+            metadata.storage_data = storage_md
+            metadata_path = f"{self.path}/.metadata"
+            tmp_path = P(tf.mktemp(suffix=".tmp", dir=P(metadata_path).parent))
+            try:
+                with tmp_path.open("wb") as tmp_file:
+                    pickle.dump(metadata, tmp_file)
+                tmp_path.rename(metadata_path)
+            finally:
+                tmp_path.unlink(missing_ok=True)
+            rep.file(step_name, prefix + ".metadata")
+
+    return OlmoRemoteFileSystemWriter()
 
 
 # ----------------------------------------------------------------------------- discovery
@@ -212,7 +365,7 @@ class Checkpointer:
 
     def _dcp_save(self, sd, path, name, pg):
         import torch.distributed._shard.checkpoint as dcp
-        writer = torch2_writer(str(path), self.rep, name, "model_and_optim/")
+        writer = olmo_writer(str(path), self.rep, name, "model_and_optim/", SAVE_THREAD_COUNT)
         dcp.save_state_dict(sd, writer, process_group=pg)
 
     def write_file(self, d, fname, contents):
@@ -307,6 +460,7 @@ class Checkpointer:
         check(trainer_state is not None, f"Missing trainer state in checkpoint dir '{d}'")
         step = trainer_state["global_step"]
         sd = dcp_state(SPEC, OBJECTS, step, self.world, self.rank, empty=True)
+        olmo_storage_info_class()          # the class .metadata names must be importable
         dcp.load_state_dict(sd, dcp.FileSystemReader(f"{d}/model_and_optim"),
                             process_group=self.process_group)
         n = dcp_check(sd, SPEC, OBJECTS, step, f"load of {d}")
