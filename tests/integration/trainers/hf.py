@@ -1,8 +1,8 @@
-"""The Hugging Face Trainer's checkpointing (transformers trainer.py, current releases:
+"""The Hugging Face Trainer's checkpointing as transformers 5.12 does it (trainer.py
 _save_checkpoint, save_model/_save/save_pretrained, _save_optimizer_and_scheduler,
-_save_rng_state, TrainerState.save_to_json, _rotate_checkpoints/_sorted_checkpoints,
-get_last_checkpoint, _load_from_checkpoint, _load_rng_state), DDP on 2 ranks with
-save_strategy="steps", eval at every save, metric_for_best_model="eval_loss".
+_save_rng_state, TrainerState.save_to_json, _load_from_checkpoint, _load_rng_state;
+trainer_utils.py rotate_checkpoints/sort_checkpoints, get_last_checkpoint), DDP on 2 ranks
+with save_strategy="steps", eval at every save, metric_for_best_model="eval_loss".
 
 _save_checkpoint at global step N, RUN = output_dir, CK = RUN/checkpoint-N:
   rank 0 (should_save), save_model -> _save: os.makedirs(CK, exist_ok=True);
@@ -10,15 +10,16 @@ _save_checkpoint at global step N, RUN = output_dir, CK = RUN/checkpoint-N:
     open(CK/generation_config.json, "w"); os.listdir(CK) (stale weight shards, none);
     safetensors save_file -> CK/model.safetensors (metadata {"format": "pt"});
     torch.save(args) -> CK/training_args.bin
-  rank 0: best_global_step set -> os.path.exists(RUN/checkpoint-<best>) ->
-    state.best_model_checkpoint = that path
+  best_global_step set (after the first eval): dist.barrier() (every rank), then
+    os.path.exists(RUN/checkpoint-<best>) -> state.best_model_checkpoint = that path
   rank 0: torch.save -> CK/optimizer.pt, CK/scheduler.pt
   every rank, _save_rng_state: os.makedirs(CK, exist_ok=True);
     torch.save -> CK/rng_state_<process_index>.pth   (no barrier: a rank may be late)
   rank 0: open(CK/trainer_state.json, "w") -- LAST
-  rank 0: _rotate_checkpoints(use_mtime=False): glob RUN/checkpoint-* dirs, sort by number,
-    move best_model_checkpoint to the second newest place, shutil.rmtree(ignore_errors)
-    the oldest beyond save_total_limit (a limit of 1 keeps 2 when the newest is not best)
+  rank 0: rotate_checkpoints(use_mtime=True): glob RUN/checkpoint-* dirs, sorted by
+    os.path.getmtime (by the number when the mtimes span less than 1 s); the newest and
+    best_model_checkpoint protected; shutil.rmtree(ignore_errors) of the oldest others
+    until max(save_total_limit, protected) are left
 Resume (resume_from_checkpoint=True): get_last_checkpoint: os.listdir(RUN), names
   ^checkpoint-(\\d+)$ that are directories, the max; isfile config.json; load_file
   model.safetensors (mmap); trainer_state.json; torch.load optimizer.pt, scheduler.pt;
@@ -108,38 +109,60 @@ def discover(folder):
     return os.path.basename(last) if last else None
 
 
-def sorted_checkpoints(output_dir, best_model_checkpoint):
-    """Trainer._sorted_checkpoints(use_mtime=False)."""
-    ordering = []
+def sort_checkpoints(output_dir, use_mtime=False):
+    """trainer_utils.sort_checkpoints (without best_model_checkpoint, as rotate calls it)."""
     glob_checkpoints = [str(x) for x in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*") if os.path.isdir(x)]
+    ordering = []
     for path in glob_checkpoints:
-        m = re.match(f".*{PREFIX_CHECKPOINT_DIR}-([0-9]+)", path)
-        if m is not None and m.groups() is not None:
-            ordering.append((int(m.groups()[0]), path))
-    checkpoints_sorted = [c[1] for c in sorted(ordering)]
-    if best_model_checkpoint is not None and str(Path(best_model_checkpoint)) in checkpoints_sorted:
-        best_model_index = checkpoints_sorted.index(str(Path(best_model_checkpoint)))
-        for i in range(best_model_index, len(checkpoints_sorted) - 2):
-            checkpoints_sorted[i], checkpoints_sorted[i + 1] = checkpoints_sorted[i + 1], checkpoints_sorted[i]
-    return checkpoints_sorted
+        if use_mtime:
+            ordering.append((os.path.getmtime(path), path))
+        else:
+            m = re.match(f".*{PREFIX_CHECKPOINT_DIR}-([0-9]+)", path)
+            if m is not None and m.groups() is not None:
+                ordering.append((int(m.groups()[0]), path))
+    checkpoints_sorted = sorted(ordering)
+    if use_mtime and len(checkpoints_sorted) > 1:
+        if checkpoints_sorted[-1][0] - checkpoints_sorted[0][0] < 1.0:
+            return sort_checkpoints(output_dir, use_mtime=False)
+    return [p for _, p in checkpoints_sorted]
+
+
+def rotate_checkpoints(output_dir, save_total_limit, best_model_checkpoint, use_mtime, removed):
+    """trainer_utils.rotate_checkpoints; `removed` collects what it deletes."""
+    if save_total_limit is None or save_total_limit <= 0:
+        return
+    checkpoints = sort_checkpoints(output_dir, use_mtime)
+    if len(checkpoints) <= save_total_limit:
+        return
+    protected = {checkpoints[-1]}
+    if best_model_checkpoint is not None:
+        protected.add(str(Path(best_model_checkpoint)))
+    num_to_keep = max(save_total_limit, len(protected))
+    remaining = len(checkpoints)
+    for checkpoint in checkpoints:
+        if remaining <= num_to_keep:
+            break
+        if checkpoint not in protected:
+            shutil.rmtree(checkpoint, ignore_errors=True)
+            removed(checkpoint)
+            remaining -= 1
 
 
 def rotation_keeps(names, best, limit):
-    """What _rotate_checkpoints leaves of the checkpoint names `names` (pure model of
-    the rule above, for the expectations of the retention preset)."""
-    if limit is None or limit <= 0:
-        return sorted(names, key=lambda n: int(n.split("-")[1]))
+    """What rotate_checkpoints leaves of the checkpoint names `names`, ordered by number
+    (a pure model of the rule above, for the expectations of the retention preset)."""
     order = sorted(names, key=lambda n: int(n.split("-")[1]))
-    if best in order:
-        i = order.index(best)
-        for j in range(i, len(order) - 2):
-            order[j], order[j + 1] = order[j + 1], order[j]
-    if len(order) <= limit:
-        return sorted(order, key=lambda n: int(n.split("-")[1]))
-    lim = limit
-    if best is not None and limit == 1 and order[-1] != best:
-        lim = 2
-    return sorted(order[max(0, len(order) - lim):], key=lambda n: int(n.split("-")[1]))
+    if limit is None or limit <= 0 or len(order) <= limit:
+        return order
+    protected = {order[-1]} | ({best} if best is not None else set())
+    keep, remaining = list(order), len(order)
+    for c in order:
+        if remaining <= max(limit, len(protected)):
+            break
+        if c not in protected:
+            keep.remove(c)
+            remaining -= 1
+    return keep
 
 
 class Trainer:
@@ -196,6 +219,8 @@ class Trainer:
         if self.args.should_save:
             self._save(output_dir)
         if self.state.best_global_step:
+            if self.world > 1:
+                barrier()          # so that process 0 has saved the model before the check
             best_dir = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}")
             if os.path.exists(best_dir):
                 self.state.best_model_checkpoint = best_dir
@@ -224,7 +249,8 @@ class Trainer:
             self.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))
             self.rep.file(checkpoint_folder, TRAINER_STATE_NAME)
         if self.args.should_save:
-            self._rotate_checkpoints(output_dir=run_dir)
+            rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint,
+                               use_mtime=True, removed=lambda c: self.rep.removed(os.path.basename(c)))
         self.rep.saved(checkpoint_folder)
         # callbacks: on_save
         if self.cfg.get("commit_callback") and self.state.is_world_process_zero:
@@ -234,27 +260,14 @@ class Trainer:
             os.setxattr(f"{self.args.output_dir}/checkpoint-{self.state.global_step}", "user.ckptfs.score",
                         str(loss).encode())
 
-    def _rotate_checkpoints(self, output_dir):
-        if self.args.save_total_limit is None or self.args.save_total_limit <= 0:
-            return
-        checkpoints_sorted = sorted_checkpoints(output_dir, self.state.best_model_checkpoint)
-        if len(checkpoints_sorted) <= self.args.save_total_limit:
-            return
-        save_total_limit = self.args.save_total_limit
-        if (self.state.best_model_checkpoint is not None and self.args.save_total_limit == 1
-                and checkpoints_sorted[-1] != self.state.best_model_checkpoint):
-            save_total_limit = 2
-        n = max(0, len(checkpoints_sorted) - save_total_limit)
-        for checkpoint in checkpoints_sorted[:n]:
-            shutil.rmtree(checkpoint, ignore_errors=True)
-            self.rep.removed(os.path.basename(checkpoint))
-
     # -- evaluation
     def _evaluate(self):
         losses = self.cfg["eval_losses"]
         loss = float(losses[str(self.state.global_step)])
         self.state.log_history.append({"eval_loss": loss, "step": self.state.global_step})
-        if self.state.best_metric is None or loss < self.state.best_metric:
+        if self.state.best_metric is None:
+            self.state.best_metric = float("inf")
+        if loss < self.state.best_metric:
             self.state.best_metric = loss
             self.state.best_global_step = self.state.global_step
 
