@@ -1,12 +1,13 @@
-"""DeepSpeed's engine checkpointing (deepspeed/runtime/engine.py save_checkpoint /
-load_checkpoint, ZeRO stage 1/2 on data-parallel ranks, mp world 1, TorchCheckpointEngine
-= torch.save / torch.load), 2 ranks. DeepSpeed has no pruning of its own.
+"""DeepSpeed's engine checkpointing (deepspeedai/DeepSpeed deepspeed/runtime/engine.py
+save_checkpoint / load_checkpoint as on master, ZeRO stage 1/2 on data-parallel ranks, mp
+world 1, TorchCheckpointEngine = torch.save / torch.load), 2 ranks. DeepSpeed has no
+pruning of its own.
 
 save_checkpoint(save_dir, tag=f"global_step{N}", save_latest=True):
   rank 0: os.makedirs(save_dir, exist_ok=True); barrier
-  _checkpoint_tag_validation: an all-reduce of the tag's hash
-  dp rank 0 (save_non_zero_checkpoint): os.makedirs(save_dir/tag, exist_ok=True);
-    torch.save -> save_dir/tag/mp_rank_00_model_states.pt
+  _checkpoint_tag_validation: all-reduces (max, min) of the tag's hash
+  every rank: _create_checkpoint_file: os.makedirs(save_dir/tag, exist_ok=True);
+    dp rank 0 (save_non_zero_checkpoint): torch.save -> save_dir/tag/mp_rank_00_model_states.pt
   every rank (save_zero_checkpoint): os.makedirs(save_dir/tag, exist_ok=True);
     torch.save -> save_dir/tag/zero_pp_rank_<dp>_mp_rank_00_optim_states.pt;
     rank 0 then copies zero_to_fp32.py into save_dir (shutil.copyfile) and chmods it +x
@@ -63,10 +64,11 @@ class Engine:
         import hashlib
         import torch
         import torch.distributed as dist
-        h = int(hashlib.sha1(tag.encode()).hexdigest()[:8], 16)
-        t = torch.tensor([h, -h], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        check(int(t[0]) == h and -int(t[1]) == h, f"checkpoint tag {tag} differs between ranks")
+        h = torch.tensor(list(hashlib.sha1(tag.encode()).digest()), dtype=torch.uint8)
+        hi, lo = h.clone(), h.clone()
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+        check(bool((hi == h).all() and (lo == h).all()), f"checkpoint tag {tag} differs between ranks")
 
     def save_checkpoint(self, save_dir, tag=None, save_latest=True, late_s=0.0):
         import torch
@@ -77,9 +79,9 @@ class Engine:
             tag = f"global_step{self.global_steps}"
         tag = str(tag)
         self._tag_validation(tag)
+        path = os.path.join(save_dir, tag, "mp_rank_00_model_states.pt")
+        os.makedirs(os.path.dirname(path), exist_ok=True)       # _create_checkpoint_file
         if self.save_non_zero_checkpoint:
-            path = os.path.join(save_dir, tag, "mp_rank_00_model_states.pt")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
             torch.save(model_states(self.global_steps, self.world), path)
             self.rep.file(tag, "mp_rank_00_model_states.pt")
         if self.save_zero_checkpoint:
