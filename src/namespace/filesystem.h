@@ -717,11 +717,13 @@ class FileSystem {
   std::map<uint64_t, UploadRecord> uploads_;             // GUARDED_BY(mu_) mirrors kUploads
   std::unordered_map<std::string, uint64_t> object_keys_;  // GUARDED_BY(mu_) key -> ino of live objects
   std::unordered_map<std::string, int> claimed_keys_;      // GUARDED_BY(mu_)
-  // Queued run-level uploads: the version (size, mtime) the wait was taken
-  // for and the step inos it waits for; a newer version waits anew.
+  // Queued run-level uploads: the version (size, mtime) and run directory
+  // the wait was taken for and the step inos it waits for; a newer version,
+  // or the file in another run, waits anew.
   struct RunFileWait {
     uint64_t size = 0;
     int64_t mtime_ns = 0;
+    uint64_t run = 0;
     std::vector<uint64_t> steps;
   };
   std::unordered_map<uint64_t, RunFileWait> run_file_waits_;  // GUARDED_BY(mu_)

@@ -83,7 +83,7 @@ bool FileSystem::IsRunFileLocked(const Inode& inode) const {
 }
 
 FileSystem::RunFileWait FileSystem::RunFileWaitLocked(const Inode& file) {
-  RunFileWait wait{file.rec.size, VersionMtime(file), {}};
+  RunFileWait wait{file.rec.size, VersionMtime(file), file.rec.parent, {}};
   // Changed before this daemon started (queued before a restart, or its
   // queue entry lost with a power cut): it waits for every step not
   // persisted, because a step being saved when it was closed is incomplete
@@ -105,9 +105,9 @@ bool FileSystem::RunFileReadyLocked(Inode* inode) {
   auto it = run_file_waits_.find(inode->rec.ino);
   if (it == run_file_waits_.end()) {
     it = run_file_waits_.emplace(inode->rec.ino, RunFileWaitLocked(*inode)).first;  // loaded at start
-  } else if (!SameVersion(*inode, it->second.size, it->second.mtime_ns)) {
+  } else if (!SameVersion(*inode, it->second.size, it->second.mtime_ns) || it->second.run != inode->rec.parent) {
     // Changed since the wait was taken without a close that queued it
-    // (truncated, touched): the new version waits anew.
+    // (truncated, touched), or moved to another run: it waits anew.
     it->second = RunFileWaitLocked(*inode);
   }
   // A step it waits for is done once persisted or no longer in the run (a

@@ -445,6 +445,23 @@ TEST_F(RunFilesTest, ARenameOntoLatestSurvivesAKillBeforeTheDeletionRan) {
   EXPECT_FALSE(Has("run/latest.tmp"));
 }
 
+TEST_F(RunFilesTest, AnIndexMovedToAnotherRunWaitsForThatRunsSteps) {
+  FileSystem& fs = env_.fs();
+  const uint64_t a = Mkdir(fs, kRootIno, "a");
+  Commit(SaveStep(a, 1));
+  const uint64_t b = Mkdir(fs, kRootIno, "b");
+  const uint64_t s2 = SaveStep(b, 2);
+  ASSERT_TRUE(tier_->RunOnceForTest().ok());
+  Save(a, "latest", "global_step2");  // nothing unfinished in a
+  ASSERT_TRUE(fs.Rename(a, "latest", b, "latest", 0).ok());
+  ASSERT_TRUE(tier_->RunOnceForTest().ok());
+  EXPECT_FALSE(Has("b/latest"));  // b's step 2 is still being written
+  EXPECT_FALSE(Has("a/latest"));
+  Commit(s2);
+  ASSERT_TRUE(tier_->RunOnceForTest().ok());
+  EXPECT_EQ(Object("b/latest"), "global_step2");
+}
+
 TEST_F(RunFilesTest, AFileOpenForWritingGoesUpAtItsLastClose) {
   FileSystem& fs = env_.fs();
   const uint64_t run = Mkdir(fs, kRootIno, "run");
