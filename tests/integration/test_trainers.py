@@ -19,11 +19,13 @@ preset doing it; straggler ranks; a fresh mount with an empty cache on the same 
 resumes from the right step.
 """
 import os
+import shutil
+import sys
 import time
 
 import pytest
 
-from ckptfs_testlib import torch_available, PYTHON
+from ckptfs_testlib import CkptfsMount, PYTHON, torch_available
 from trainers import olmo_core
 from trainers.harness import (RunLog, check_latest, check_listing, check_steps, run_phase)
 
@@ -487,9 +489,14 @@ REMOTE = {
               lambda run: dict(run=run, save_interval=2, max_keep=2, steps=2), "ckpt_4"),
     "deepspeed": ("ds/run1", lambda run: dict(run=run, save_interval=2, steps=4),
                   lambda run: dict(run=run, save_interval=2, steps=6), "global_step4"),
-    "hf": ("hf/out", lambda run: hf_cfg(run, save_total_limit=2, max_steps=4),
-           lambda run: hf_cfg(run, save_total_limit=2, max_steps=6), "checkpoint-4"),
+    # checkpoint-5 and -10 (name order is not number order), each better than the last, so
+    # that the rotation after checkpoint-15 must remove checkpoint-5, the oldest by mtime
+    "hf": ("hf/out", lambda run: dict(run=run, save_steps=5, save_total_limit=2, max_steps=10,
+                                      eval_losses=HF_REMOTE_EVAL),
+           lambda run: dict(run=run, save_steps=5, save_total_limit=2, max_steps=15,
+                            eval_losses=HF_REMOTE_EVAL), "checkpoint-10"),
 }
+HF_REMOTE_EVAL = {"5": 3.0, "10": 2.0, "15": 1.0}
 
 
 @pytest.mark.timeout_s(300)
@@ -524,13 +531,39 @@ def test_fresh_mount_of_the_bucket_resumes_from_the_right_step(make_ckptfs, s3_m
             time.sleep(0.5)
     a.umount()
 
-    b = make_ckptfs(*args)
-    for step in log.alive:
-        wait_committed(b, f"{run_rel}/{step}")
-    if "latest" not in log.run_files:
-        check_latest(b, run_rel, resume_from)
-    p2 = log.add(run_phase(trainer, cfg2(b.path(run_rel))))
-    assert (p2.discovered, p2.loaded) == (resume_from, resume_from), \
-        f"resumed from {p2.loaded!r} (discovered {p2.discovered!r}), not {resume_from}"
-    assert p2.saved, "the resumed trainer saved nothing"
-    check_steps(b, run_rel, log)
+    # the new machine: the same mountpoint (trainers keep absolute paths, e.g. HF's
+    # best_model_checkpoint), an empty cache
+    shutil.rmtree(a.cache)
+    os.makedirs(a.cache)
+    b = CkptfsMount(args, base=a.base)
+    try:
+        b.start()
+        for step in log.alive:
+            wait_committed(b, f"{run_rel}/{step}")
+        if "latest" not in log.run_files:
+            check_latest(b, run_rel, resume_from)
+        p2 = log.add(run_phase(trainer, cfg2(b.path(run_rel))))
+        assert (p2.discovered, p2.loaded) == (resume_from, resume_from), \
+            f"resumed from {p2.loaded!r} (discovered {p2.discovered!r}), not {resume_from}"
+        assert p2.saved, "the resumed trainer saved nothing"
+        check_steps(b, run_rel, log)
+        check_latest_or_file(b, run_rel, log)
+        if trainer == "hf" and p2.removed != ["checkpoint-5"]:
+            pytest.xfail(f"HF's mtime-ordered rotation removed {p2.removed} after the fresh mount, "
+                         "not checkpoint-5 as on a local disk: the imported step directories' "
+                         "mtimes do not keep their order (import time, in name order)")
+    except BaseException:
+        sys.stdout.write(f"\n---- ckptfs log for the fresh mount ----\n{b.daemon_log()}\n")
+        raise
+    finally:
+        b.close()
+
+
+def check_latest_or_file(m, run_rel, log):
+    """`latest` is the trainer's own file when it writes one, else the virtual link to the
+    newest step the trainer kept."""
+    if "latest" in log.run_files:
+        with open(m.path(run_rel, "latest")) as f:
+            assert f.read().strip() == log.alive[-1]
+    else:
+        check_latest(m, run_rel, log.alive[-1])
