@@ -535,8 +535,6 @@ class FileSystem {
   // own, e.g. DeepSpeed's), or the link turned off for this run.
   uint64_t VirtualLatestOf(uint64_t run_ino);
   bool HasRealChild(Inode* dir, const std::string& name) const;
-  // A step directory directly in dir (dir is a run directory).
-  bool HoldsStep(Inode* dir);
   // `rm latest` on a run's virtual link.
   Status TurnOffLatestLinkLocked(Inode* run);
   Result<Inode*> NewInode(const Caller& c, uint64_t parent, const std::string& name, uint32_t mode,

@@ -199,13 +199,6 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   return Status::Ok();
 }
 
-bool FileSystem::HoldsStep(Inode* dir) {
-  for (const auto& [name, dent] : dir->children) {
-    if (steps_.count(dent.ino)) return true;
-  }
-  return false;
-}
-
 Status FileSystem::TurnOffLatestLinkLocked(Inode* run) {
   // `rm latest` on the virtual link: the user (or a trainer about to write
   // its own `latest`) manages the name from now on. Recorded as the run's
@@ -390,7 +383,7 @@ Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset,
   // The root lists .ckptfs unless the root itself is a run directory, whose
   // listing trainers take for their checkpoints (as for `latest` below).
   if (offset < 3 && out.size() < max && ino == kRootIno && !HasRealChild(d, kControlDirName) &&
-      !HoldsStep(d)) {
+      !HoldsStepLocked(*d)) {
     out.push_back(DirEntry{kControlDirName, kControlDirIno, S_IFDIR, 3});
   }
   // Offset 3 is the root's .ckptfs; no checkpoint lives in the root itself.

@@ -163,7 +163,7 @@ void FileSystem::NoteTriggerFileLocked(Inode* file, uint64_t session) {
   }
   if (std::find(kRunIndexFiles.begin(), kRunIndexFiles.end(), file->name) == kRunIndexFiles.end()) return;
   Inode* run = Find(parent);
-  if (run && HoldsStep(run) && request_index_) request_index_(file->rec.ino, session);
+  if (run && HoldsStepLocked(*run) && request_index_) request_index_(file->rec.ino, session);
 }
 
 Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {

@@ -730,6 +730,19 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     PutInode(**link, &batch);
     AddChild(*parent, leaf, *link, &batch);
   }
+  // Directories keep the commit time as their mtime, not the import's: a
+  // trainer that orders its checkpoints by directory mtime (Hugging Face's
+  // rotation does) must see them in the order they were saved, not in the
+  // order this mount happened to import them.
+  std::vector<Inode*> imported_dirs = {*step_dir};
+  for (size_t i = 0; i < imported_dirs.size(); ++i) {
+    Inode* d = imported_dirs[i];
+    d->rec.mtime = d->rec.ctime = committed;
+    PutInode(*d, &batch);
+    for (const auto& [child_name, dent] : d->children) {
+      if (Inode* child = Find(dent.ino); child && child->is_dir()) imported_dirs.push_back(child);
+    }
+  }
   StepRecord rec;
   rec.state = StepState::kCommitted;
   rec.step = *pattern_.Match(name);

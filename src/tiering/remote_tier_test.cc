@@ -183,8 +183,9 @@ TEST_F(RemoteTierTest, AColdMountShowsPersistedStepsAndReadsThemThrough) {
   ASSERT_TRUE(tier_->RunOnceForTest().ok());
   ASSERT_EQ(Xattr(step, "user.ckptfs.persisted"), "true");
 
-  // Another machine: an empty cache on the same remote.
+  // Another machine, an hour later: an empty cache on the same remote.
   FsEnv cold(RemoteOptions());
+  cold.clock.Advance(3'600'000'000'000);
   RemoteTierOptions o;
   o.fetch_chunk = kMiB;
   RemoteTier tier(&cold.fs(), std::make_unique<SharedStore>(&store_), &cold.events, o);
@@ -199,6 +200,11 @@ TEST_F(RemoteTierTest, AColdMountShowsPersistedStepsAndReadsThemThrough) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(*c.GetXattr(s->ino, "user.ckptfs.state"), "committed");
   EXPECT_EQ(*c.GetXattr(s->ino, "user.ckptfs.persisted"), "true");
+  // Directories carry the commit time, not the import's (trainers such as
+  // Hugging Face order checkpoints by directory mtime).
+  const std::string committed_at = *c.GetXattr(s->ino, "user.ckptfs.committed_at");
+  EXPECT_EQ(std::to_string(s->attr.st_mtim.tv_sec), committed_at.substr(0, committed_at.find('.')));
+  EXPECT_EQ(c.GetAttr(c.Lookup(s->ino, "optim")->ino)->attr.st_mtim.tv_sec, s->attr.st_mtim.tv_sec);
   auto latest = c.Readlink(c.Lookup(exp->ino, "latest")->ino);
   EXPECT_EQ(*latest, "step100");
   auto shard = c.Lookup(s->ino, "shard0");
