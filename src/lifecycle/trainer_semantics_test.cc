@@ -271,6 +271,22 @@ TEST(TrainerSemanticsTest, DeepSpeedLatestFileCommitsTheStepItNames) {
   env.DrainCommits();
   EXPECT_EQ(StateOf(fs, g5), "committed");
   EXPECT_EQ(fs.Lookup(ds2, "latest").err(), ENOENT);
+  // Custom tags: DeepSpeed's own files mark the run.
+  const uint64_t ds3 = Mkdir(fs, kRootIno, "ds3");
+  const uint64_t t7 = Mkdir(fs, ds3, "step7");
+  WriteFile(fs, t7, "mp_rank_00_model_states.pt", "model");
+  fs.RequestCommit(t7);
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, t7), "committed");
+  EXPECT_EQ(fs.Lookup(ds3, "latest").err(), ENOENT);
+  const uint64_t ds4 = Mkdir(fs, kRootIno, "ds4");
+  const uint64_t t8 = Mkdir(fs, ds4, "step8");
+  WriteFile(fs, t8, "weights.pt", "model");
+  fs.RequestCommit(t8);
+  env.DrainCommits();
+  EXPECT_TRUE(fs.Lookup(ds4, "latest").ok());
+  WriteFile(fs, ds4, "zero_to_fp32.py", "# script");
+  EXPECT_EQ(fs.Lookup(ds4, "latest").err(), ENOENT);
   // A name that is no step, or a committed one: nothing happens.
   const uint64_t s3 = Mkdir(fs, run, "global_step3");
   Rewrite(fs, latest, "global_step33\n");

@@ -66,10 +66,17 @@ uint64_t FileSystem::VirtualLatestOf(uint64_t run_ino) {
   if (!run || !run->is_dir() || HasRealChild(run, kLatestName)) return 0;
   if (auto it = run->xattrs.find(kLatestLinkXattr); it != run->xattrs.end() && it->second == "off") return 0;
   const uint64_t step = LatestStepOf(run_ino);
-  // DeepSpeed (global_step<N>) writes its own `latest` with open("latest",
-  // "w"), which would follow a link to the step directory and fail with
-  // EISDIR: its runs get no link even before its file exists.
-  if (Inode* s = step ? Find(step) : nullptr; s && s->name.rfind("global_step", 0) == 0) return 0;
+  // DeepSpeed writes its own `latest` with open("latest", "w"), which would
+  // follow a link to the step directory and fail with EISDIR: its runs get
+  // no link even before its file exists. A DeepSpeed run: the default tags
+  // (global_step<N>), its zero_to_fp32.py beside the steps, or the newest
+  // step holding its mp_rank_<NN>_model_states.pt.
+  Inode* s = step ? Find(step) : nullptr;
+  if (!s) return 0;
+  if (s->name.rfind("global_step", 0) == 0 || HasRealChild(run, "zero_to_fp32.py")) return 0;
+  for (auto it = s->children.lower_bound("mp_rank_"); it != s->children.end() && it->first.rfind("mp_rank_", 0) == 0; ++it) {
+    if (it->first.size() > 19 && it->first.compare(it->first.size() - 16, 16, "_model_states.pt") == 0) return 0;
+  }
   return step;
 }
 
