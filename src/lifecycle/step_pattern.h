@@ -42,7 +42,7 @@ inline const std::vector<std::string> kDefaultCommitMarkers = {".metadata", ".me
 
 // Run index files: a trainer's own pointer to its checkpoints, kept in the run
 // directory beside the steps and written after a save is complete (DeepSpeed
-// `latest` holds "global_step100", RecIS and TensorFlow `checkpoint` list
+// `latest` holds "global_step100", RecIS `checkpoint` lists
 // checkpoint names, Megatron-LM `latest_checkpointed_iteration.txt` holds the
 // iteration). Closing or renaming one into place commits the writing steps it
 // names: the trainer has just declared them complete.

@@ -419,6 +419,7 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
     obj.step_path = PathOfLocked(ino);
     obj.step = rec.step;
     obj.committed_at = rec.committed_at;
+    obj.dir_mtime_ns = TimespecToNanos(dir->rec.mtime);
     obj.ephemeral = rec.ephemeral;
     bool complete = true;
     CollectTree(dir, "", &obj, &complete);
@@ -730,14 +731,21 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     PutInode(**link, &batch);
     AddChild(*parent, leaf, *link, &batch);
   }
-  // Directories keep the commit time as their mtime, not the import's: a
-  // trainer that orders its checkpoints by directory mtime (Hugging Face's
-  // rotation does) must see them in the order they were saved, not in the
-  // order this mount happened to import them.
+  // Directories keep the step directory's mtime from the writing machine
+  // (or the commit time for older objects), not the import's: a trainer that
+  // orders its checkpoints by directory mtime (Hugging Face's rotation does)
+  // must see them in the order they were saved, not in the order this mount
+  // happened to import them.
+  timespec dir_time = committed;
+  if (obj.dir_mtime_ns > 0) {
+    dir_time.tv_sec = static_cast<time_t>(obj.dir_mtime_ns / 1'000'000'000);
+    dir_time.tv_nsec = static_cast<long>(obj.dir_mtime_ns % 1'000'000'000);
+  }
   std::vector<Inode*> imported_dirs = {*step_dir};
   for (size_t i = 0; i < imported_dirs.size(); ++i) {
     Inode* d = imported_dirs[i];
-    d->rec.mtime = d->rec.ctime = committed;
+    d->rec.mtime = dir_time;
+    d->rec.ctime = committed;
     PutInode(*d, &batch);
     for (const auto& [child_name, dent] : d->children) {
       if (Inode* child = Find(dent.ino); child && child->is_dir()) imported_dirs.push_back(child);

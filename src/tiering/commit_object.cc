@@ -64,6 +64,7 @@ std::string EncodeCommitObject(const CommitObject& obj) {
       {"step", obj.step},
       {"committed_at", static_cast<double>(obj.committed_at.tv_sec) + obj.committed_at.tv_nsec / 1e9},
       {"committed_at_ns", static_cast<int64_t>(obj.committed_at.tv_sec) * 1'000'000'000 + obj.committed_at.tv_nsec},
+      {"dir_mtime_ns", obj.dir_mtime_ns},
       {"ephemeral", obj.ephemeral},
       {"bytes", obj.bytes},
       {"files", std::move(files)},
@@ -92,6 +93,8 @@ Result<CommitObject> DecodeCommitObject(const std::string& json, const std::stri
     if (ns < 0) return bad("negative commit time");
     obj.committed_at.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
     obj.committed_at.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    obj.dir_mtime_ns = j.value("dir_mtime_ns", int64_t{0});
+    if (obj.dir_mtime_ns < 0) return bad("negative directory mtime");
     obj.ephemeral = j.value("ephemeral", false);
     std::set<std::string> seen;
     uint64_t total = 0;

@@ -20,6 +20,11 @@ struct CommitObject {
   std::string step_path;  // relative to the remote prefix, e.g. "run1/step100"
   int64_t step = 0;
   timespec committed_at{};
+  // The step directory's own mtime (0 = not recorded, objects written before
+  // it existed): a cold mount restores it, because trainers order their
+  // checkpoints by directory mtime (Hugging Face's rotation), and commit
+  // times need not follow the save order (steps settling together).
+  int64_t dir_mtime_ns = 0;
   bool ephemeral = false;
   uint64_t bytes = 0;
   struct File {

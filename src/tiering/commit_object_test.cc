@@ -11,6 +11,7 @@ CommitObject Sample() {
   obj.step = 100;
   obj.committed_at = {1700000000, 123456789};
   obj.ephemeral = true;
+  obj.dir_mtime_ns = 1'699'999'999'000'000'001;
   obj.files = {{"__0_0.distcp", 1000, 0xdeadbeef, 0640, 5}, {"sub/x.bin", 0, 0, 0600, 6}};
   obj.bytes = 1000;
   obj.dirs = {"sub"};
@@ -26,6 +27,7 @@ TEST(CommitObject, RoundTrips) {
   EXPECT_EQ(back->committed_at.tv_sec, obj.committed_at.tv_sec);
   EXPECT_EQ(back->committed_at.tv_nsec, obj.committed_at.tv_nsec);
   EXPECT_TRUE(back->ephemeral);
+  EXPECT_EQ(back->dir_mtime_ns, obj.dir_mtime_ns);
   EXPECT_EQ(back->files, obj.files);
   EXPECT_EQ(back->dirs, obj.dirs);
   EXPECT_EQ(back->symlinks, obj.symlinks);

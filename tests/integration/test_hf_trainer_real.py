@@ -422,10 +422,6 @@ def test_hf_trainer_rerun_from_scratch_same_output_dir(hf):
     hf.finish()
 
 
-@pytest.mark.xfail(reason="a fresh cache on the bucket shows each step directory with its "
-                          "import time as mtime, imported in name order (checkpoint-10 before "
-                          "checkpoint-5); HF's rotation sorts by mtime and removes checkpoint-10 "
-                          "instead of checkpoint-5", strict=False)
 def test_hf_trainer_resume_on_fresh_cache_of_the_bucket(remote_dir, hf_factory):
     """Save to a mount with a remote (file://), wait until persisted, unmount; mount an EMPTY
     cache on the same remote (a new machine) and resume there: HF finds checkpoint-10 by

@@ -168,9 +168,7 @@ def test_per_run_retention_preset_xattr(ckptfs):
     os.makedirs(m.path("run1"))
     line = on_mount(cmd.group(1), m).replace("PRESET", "torchtitan:keep_latest_k=2").split()
     r = subprocess.run(line, capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.xfail(f"setfattr user.ckptfs.retention refused (presets not implemented yet?): "
-                     f"{r.stderr.strip()}")
+    assert r.returncode == 0, f"setfattr user.ckptfs.retention refused: {r.stderr.strip()}"
     for s in range(1, 5):
         os.makedirs(m.path("run1", f"step-{s}"))
         with open(m.path("run1", f"step-{s}", "model.pt"), "wb") as f:
