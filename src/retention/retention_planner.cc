@@ -69,15 +69,6 @@ const std::vector<std::string>& PolicyRuleNames() {
 
 namespace {
 
-// Digits only: from_chars alone would accept a leading '-'.
-std::optional<int64_t> ParseNonNegative(std::string_view s) {
-  if (s.empty() || s.front() < '0' || s.front() > '9') return std::nullopt;
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -129,6 +120,15 @@ std::optional<int64_t> ParseDuration(std::string_view s) {
 // An empty value clears the rule (score_mode goes back to "min"), so
 // `setfattr -n user.ckptfs.keep_last -v "" RUN` undoes an earlier setting.
 // keep_steps is stored sorted and without duplicates.
+std::optional<int64_t> ParseNonNegative(std::string_view s) {
+  // Digits only: from_chars alone would accept a leading '-'.
+  if (s.empty() || s.front() < '0' || s.front() > '9') return std::nullopt;
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
 Status SetPolicyRule(const std::string& name, const std::string& value, RetentionPolicy* policy) {
   if (name == "retention") {
     if (value.empty()) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -50,6 +51,9 @@ struct RetentionPolicy {
 // policy with a preset: a preset reproduces a trainer exactly and is not
 // mixed with rules on the same level.
 Status SetPolicyRule(const std::string& name, const std::string& value, RetentionPolicy* policy);
+// A rule's number: decimal digits only (no sign, no spaces), nullopt
+// otherwise or on overflow. Shared by the rules and the trainer presets.
+std::optional<int64_t> ParseNonNegative(std::string_view s);
 // The rule names SetPolicyRule accepts, for xattr listing and validation.
 const std::vector<std::string>& PolicyRuleNames();
 

@@ -19,6 +19,8 @@
 #include <map>
 #include <string_view>
 
+#include "retention/retention_planner.h"
+
 namespace ckptfs {
 
 namespace {
@@ -27,15 +29,6 @@ std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
-}
-
-// Digits only: from_chars alone would accept a leading '-'.
-std::optional<int64_t> ParseNonNegative(std::string_view s) {
-  if (s.empty() || s.front() < '0' || s.front() > '9') return std::nullopt;
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
 }
 
 struct PresetName {
