@@ -1,5 +1,5 @@
 // Tests of the DCP .metadata parser against the real torch 1.13 and 2.14
-// checkpoints in ../shared/testdata/dcp (values from its README and
+// checkpoints in tests/fixtures/dcp (values from its README and
 // expected/index.json), the LONG1 fixture, and hand-built malformed pickles.
 #include "formats/dcp_metadata.h"
 

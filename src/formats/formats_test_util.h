@@ -1,8 +1,8 @@
-// Test-only helpers for src/formats tests: where the shared real checkpoints
-// (../shared/testdata/dcp, see its README) and this folder's tiny generated
-// fixtures (src/formats/testdata, see gen_fixtures.py) are, and reading them.
-// The build defines CKPTFS_SOURCE_DIR (repo root) or CKPTFS_SHARED_DIR;
-// without them paths are derived from __FILE__ and the working directory.
+// Test-only helpers for src/formats tests: where the real checkpoints written
+// by torch 1.13 and 2.14 (tests/fixtures/dcp, see its README) and this
+// folder's tiny generated fixtures (src/formats/testdata, see gen_fixtures.py)
+// are, and reading them. The build defines CKPTFS_SOURCE_DIR (repo root);
+// without it paths are derived from __FILE__ and the working directory.
 #pragma once
 
 #include <fstream>
@@ -26,16 +26,8 @@ inline std::string SourceDir() {
 #endif
 }
 
-inline std::string SharedDir() {
-#if defined(CKPTFS_SHARED_DIR)
-  return CKPTFS_SHARED_DIR;
-#else
-  return SourceDir() + "/../shared";
-#endif
-}
-
 inline std::string DcpTestdata(const std::string& rel) {
-  return SharedDir() + "/testdata/dcp/" + rel;
+  return SourceDir() + "/tests/fixtures/dcp/" + rel;
 }
 inline std::string Fixture(const std::string& name) {
   return SourceDir() + "/src/formats/testdata/" + name;

@@ -1,5 +1,5 @@
 // Tests of safetensors header validation: the real DCP-written shards of
-// ../shared/testdata/dcp/torch-2.14/hf_sharded, generated files, and each
+// tests/fixtures/dcp/torch-2.14/hf_sharded, generated files, and each
 // rule of the format.
 #include "formats/safetensors_header.h"
 

@@ -1,5 +1,5 @@
 // Tests of the torch.save container reader: every tensor item of the real
-// torch 1.13 and 2.14 checkpoints in ../shared/testdata/dcp (located through
+// torch 1.13 and 2.14 checkpoints in tests/fixtures/dcp (located through
 // their .metadata) and the plain torch.save files are rebuilt and compared
 // byte for byte with expected/; containers built here cover what the real
 // files lack (ZIP64 extras, comments, parameters, odd strides) and every

@@ -220,17 +220,17 @@ TEST(CommitTest, CustomPatternAndMarkers) {
   EXPECT_EQ(fs.GetXattr(Mkdir(fs, kRootIno, "step4"), "user.ckptfs.state").err(), ENODATA);
 }
 
-std::string SlurpShared(const std::string& rel) {
-  std::ifstream in(std::string(CKPTFS_SOURCE_DIR) + "/../shared/" + rel, std::ios::binary);
+std::string SlurpFixture(const std::string& rel) {
+  std::ifstream in(std::string(CKPTFS_SOURCE_DIR) + "/tests/fixtures/" + rel, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
 
 TEST(CommitTest, DcpStepWaitsForMissingShardsInAnyFileOrder) {
-  const std::string dir = "testdata/dcp/torch-1.13/ckpt113/";
-  const std::string meta = SlurpShared(dir + ".metadata");
-  ASSERT_FALSE(meta.empty()) << "shared testdata missing";
+  const std::string dir = "dcp/torch-1.13/ckpt113/";
+  const std::string meta = SlurpFixture(dir + ".metadata");
+  ASSERT_FALSE(meta.empty()) << "tests/fixtures/dcp missing";
   FsEnv env;
   auto& fs = env.fs();
   const uint64_t step = Mkdir(fs, kRootIno, "step10");
@@ -241,11 +241,11 @@ TEST(CommitTest, DcpStepWaitsForMissingShardsInAnyFileOrder) {
   EXPECT_NE(fs.GetXattr(step, "user.ckptfs.error")->find("waiting for __0_"), std::string::npos)
       << *fs.GetXattr(step, "user.ckptfs.error");
   for (const char* shard : {"__0_0.distcp", "__0_1.distcp", "__0_2.distcp"}) {
-    WriteFile(fs, step, shard, SlurpShared(dir + shard));
+    WriteFile(fs, step, shard, SlurpFixture(dir + shard));
     env.DrainCommits();
     EXPECT_EQ(StateOf(fs, step), "writing");
   }
-  WriteFile(fs, step, "__0_3.distcp", SlurpShared(dir + "__0_3.distcp"));
+  WriteFile(fs, step, "__0_3.distcp", SlurpFixture(dir + "__0_3.distcp"));
   env.DrainCommits();
   EXPECT_EQ(StateOf(fs, step), "committed");
 }
@@ -254,9 +254,9 @@ TEST(CommitTest, DcpStepWaitsForMissingShardsInAnyFileOrder) {
 // ephemeral checkpoints: with a retention policy, such a step goes as soon as
 // a newer step commits; a permanent (non-ephemeral) one stays.
 TEST(CommitTest, OlmoEphemeralCheckpointIsPrunedOnceANewerStepCommits) {
-  const std::string dcp = "testdata/dcp/torch-1.13/ckpt113/";
-  const std::string meta = SlurpShared(dcp + ".metadata");
-  ASSERT_FALSE(meta.empty()) << "shared testdata missing";
+  const std::string dcp = "dcp/torch-1.13/ckpt113/";
+  const std::string meta = SlurpFixture(dcp + ".metadata");
+  ASSERT_FALSE(meta.empty()) << "tests/fixtures/dcp missing";
   FileSystemOptions options;
   ASSERT_TRUE(SetPolicyRule("keep_every", "1000", &options.retention).ok());
   FsEnv env(options);
@@ -266,7 +266,7 @@ TEST(CommitTest, OlmoEphemeralCheckpointIsPrunedOnceANewerStepCommits) {
     const uint64_t step = Mkdir(fs, run, "step" + std::to_string(n));
     const uint64_t mo = Mkdir(fs, step, "model_and_optim");
     for (const char* shard : {"__0_0.distcp", "__0_1.distcp", "__0_2.distcp", "__0_3.distcp"}) {
-      WriteFile(fs, mo, shard, SlurpShared(dcp + shard));
+      WriteFile(fs, mo, shard, SlurpFixture(dcp + shard));
     }
     WriteFile(fs, mo, ".metadata", meta);
     WriteFile(fs, Mkdir(fs, step, "train"), "rank0.pt", "trainer state");

@@ -9,7 +9,7 @@
 // accepts; anything S3 must verify has to be in req before Sign.
 //
 // Checked byte for byte against the AWS signing test suite in
-// ../shared/testdata/aws-sigv4 (s3_signer_test.cc).
+// tests/fixtures/aws-sigv4 (s3_signer_test.cc).
 #pragma once
 
 #include <string>

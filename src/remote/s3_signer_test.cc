@@ -1,5 +1,5 @@
 // Tests for S3Signer: every header-signing case of the AWS SigV4 test suite
-// (../shared/testdata/aws-sigv4, see its README) byte for byte, then the S3
+// (tests/fixtures/aws-sigv4, see its README) byte for byte, then the S3
 // examples from the S3 API reference (no path normalization or re-encoding,
 // x-amz-content-sha256) and the argument checks of Sign.
 #include "remote/s3_signer.h"
@@ -22,10 +22,10 @@ namespace fs = std::filesystem;
 
 std::string SuiteDir() {
 #if defined(CKPTFS_SOURCE_DIR)
-  std::string dir = std::string(CKPTFS_SOURCE_DIR) + "/../shared/testdata/aws-sigv4";
-  if (fs::is_directory(dir)) return dir;
+  return std::string(CKPTFS_SOURCE_DIR) + "/tests/fixtures/aws-sigv4";
+#else
+  return "tests/fixtures/aws-sigv4";
 #endif
-  return "../shared/testdata/aws-sigv4";
 }
 
 std::string ReadFile(const fs::path& p) {

@@ -1,5 +1,5 @@
 // FullView and ViewFileReader over the real torch 1.13 and 2.14 checkpoints
-// in ../shared/testdata/dcp (compared with their expected/ full tensors, which
+// in tests/fixtures/dcp (compared with their expected/ full tensors, which
 // torch itself produced), over OLMo-core safetensors checkpoints built here,
 // and over damaged inputs.
 #include "views/full_view.h"

@@ -1,5 +1,5 @@
 // Test-only ShardReaders: a directory on disk (the real checkpoints in
-// ../shared/testdata) and files in memory (hand-made and damaged ones).
+// tests/fixtures/dcp) and files in memory (hand-made and damaged ones).
 #pragma once
 
 #include <fcntl.h>

@@ -13,8 +13,9 @@
 #                       directory, removed after a clean run, kept on failure)
 # Environment:
 #   CKPTFS_SOURCE_DIR   repository root (default: derived from this script)
-#   CKPTFS_SHARED_DIR   the shared folder holding testdata/ (default:
-#                       $CKPTFS_SOURCE_DIR/../shared)
+#   CKPTFS_SHARED_DIR   an extra folder holding testdata/dcp to seed from
+#                       (default: $CKPTFS_SOURCE_DIR/../shared); the real
+#                       checkpoints in tests/fixtures/dcp are always read
 #   CKPTFS_FUZZ_TARGETS space-separated subset of the targets below
 #   CKPTFS_FUZZ_CXX     compiler (default clang++-14)
 #   CKPTFS_FUZZ_FLAGS   extra libFuzzer flags for every target (e.g. -jobs=2)
@@ -213,8 +214,8 @@ else
     \( -name .metadata -o -name '*.pt' -o -name '*.safetensors' -o -name 'metadata.json' \) \
     -type f -print0 2>/dev/null)
 fi
-[[ -d "$shared_dir/testdata/dcp" ]] ||
-  log "warning: $shared_dir/testdata/dcp not found; fuzzing from the committed seeds only"
+[[ -d "$source_dir/tests/fixtures/dcp" || -d "$shared_dir/testdata/dcp" ]] ||
+  log "warning: no real DCP checkpoints found; fuzzing from the committed seeds only"
 
 # --- regressions and fuzzing -----------------------------------------------
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:check_initialization_order=1}"

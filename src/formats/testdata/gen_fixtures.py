@@ -41,7 +41,7 @@ def values():
 
 
 def dcp_large():
-    sys.path.insert(0, os.path.join(HERE, "../../../../shared/testdata/dcp/scripts"))
+    sys.path.insert(0, os.path.join(HERE, "../../../tests/fixtures/dcp/scripts"))
     import patchdc  # noqa: F401  (torch 1.13 dataclasses on Python 3.11)
     import torch
     from torch.distributed._shard.checkpoint import metadata as m

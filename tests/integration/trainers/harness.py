@@ -143,8 +143,18 @@ def check_listing(m, run_rel, log, is_step, alive=None):
     ckptfs agree; or `alive`, what the trainer's rule keeps when ckptfs prunes) and the
     run-level files it wrote; no `latest` in the listing."""
     alive = log.alive if alive is None else alive
-    names = set(os.listdir(m.path(run_rel)))
-    steps = sorted((n for n in names if is_step(n)), key=step_number)
+
+    def listed():
+        names = set(os.listdir(m.path(run_rel)))
+        return names, sorted((n for n in names if is_step(n)), key=step_number)
+
+    names, steps = listed()
+    # Steps that settle together commit in no particular order, and retention acts on each
+    # commit: a step beyond the rule may still be listed until its own commit prunes it.
+    deadline = time.monotonic() + COMMIT_TIMEOUT_S
+    while steps != alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        names, steps = listed()
     if steps != alive:
         raise AssertionError(f"{run_rel}: steps listed {steps}, expected {alive} (the trainer "
                              f"saved {log.saved}, removed {log.removed}); ckptfs: "
