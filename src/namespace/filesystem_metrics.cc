@@ -46,6 +46,12 @@ std::string FileSystem::RenderMetricsLocked() {
   for (const auto& [state, n] : by_state) w.Sample("ckptfs_steps", static_cast<double>(n), {{"state", state}});
   w.Family("ckptfs_steps_persisted", "gauge", "Committed steps whose remote copy is complete.");
   w.Sample("ckptfs_steps_persisted", static_cast<double>(persisted));
+  // Memory: every inode in the namespace plus removed ones the kernel still
+  // references (it sends FORGET when it drops them); bench/soak watches it.
+  w.Family("ckptfs_inodes", "gauge", "Inodes held in memory (named, open or still known to the kernel).");
+  w.Sample("ckptfs_inodes", static_cast<double>(inodes_.size()));
+  w.Family("ckptfs_step_runtimes", "gauge", "Steps with in-memory commit bookkeeping (writing or settling).");
+  w.Sample("ckptfs_step_runtimes", static_cast<double>(step_runtime_.size()));
 
   // Cache bytes by state: data of persisted steps (evictable), everything
   // else written here (never evicted), and remote-only data (not cached).

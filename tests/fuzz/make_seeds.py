@@ -27,7 +27,8 @@ import struct
 import sys
 import zipfile
 
-TARGETS = ("pickle_reader", "dcp_metadata", "torch_zip", "safetensors_header", "olmo_metadata")
+TARGETS = ("pickle_reader", "dcp_metadata", "torch_zip", "safetensors_header", "olmo_metadata",
+           "s3_xml")
 
 
 def walk(root, match):

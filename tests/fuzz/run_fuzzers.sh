@@ -49,6 +49,7 @@ declare -A srcs=(
   [torch_zip]="src/formats/torch_zip.cc src/formats/pickle_reader.cc src/formats/pickle_value.cc src/common/status.cc"
   [safetensors_header]="src/formats/safetensors_header.cc src/common/status.cc"
   [olmo_metadata]="src/formats/olmo_metadata.cc src/formats/dcp_metadata.cc src/formats/pickle_reader.cc src/formats/pickle_value.cc src/common/status.cc"
+  [s3_xml]="src/remote/s3_xml.cc src/common/status.cc"
 )
 declare -A max_len=(
   [pickle_reader]=8192
@@ -56,8 +57,9 @@ declare -A max_len=(
   [torch_zip]=16384
   [safetensors_header]=4096
   [olmo_metadata]=8192
+  [s3_xml]=8192
 )
-all_targets=(pickle_reader dcp_metadata torch_zip safetensors_header olmo_metadata)
+all_targets=(pickle_reader dcp_metadata torch_zip safetensors_header olmo_metadata s3_xml)
 read -r -a targets <<<"${CKPTFS_FUZZ_TARGETS:-${all_targets[*]}}"
 for t in "${targets[@]}"; do
   [[ -n "${srcs[$t]:-}" ]] || { log "unknown target '$t' (known: ${all_targets[*]})" >&2; exit 2; }
