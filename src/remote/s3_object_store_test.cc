@@ -153,7 +153,9 @@ TEST_F(S3ObjectStoreTest, MultipartThreePartsInParallel) {
   }
   for (std::thread& t : threads) t.join();
   for (const std::string& e : etags) {
-    EXPECT_EQ(e.size(), 34u) << e;  // "\"<md5 hex>\""
+    // "\"<md5 hex>\";crc32c=<8 hex>": the ETag and the part's CRC32C.
+    EXPECT_EQ(ParsePartToken(e).etag.size(), 34u) << e;
+    EXPECT_TRUE(ParsePartToken(e).crc32c.has_value()) << e;
     EXPECT_EQ(e.front(), '"');
   }
   EXPECT_EQ(s->Head("big/model.bin").err(), ENOENT);  // not visible before Complete
