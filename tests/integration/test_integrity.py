@@ -73,6 +73,8 @@ def test_put_bit_flips_resets_5xx_and_truncation_never_persist_a_damaged_byte(ma
         injected = sum(counts.values())
         assert injected >= 0.15 * sum(proxy.requests().values()), (counts, proxy.requests())
         assert remote["upload_checksum_mismatches"] == flips, (remote, counts)
+        print(f"injected {counts} in {proxy.requests()} requests; ckptfs caught "
+              f"{remote['upload_checksum_mismatches']} damaged uploads")
         log = read_file(os.path.join(m.cache, "ckptfs.log")).decode(errors="replace")
         assert log.count("checksum mismatch") >= flips, log[-3000:]
     finally:
