@@ -354,6 +354,11 @@ class FileSystem {
     // A multipart upload an earlier run left unfinished, to abort.
     std::string stale_upload_id;
     std::string stale_upload_key;
+    // The CRC32C recorded for this very version, when one was (the fast
+    // path's at close, the object's of an earlier upload of a moved file):
+    // the bytes read for the upload must have it, so a local copy damaged
+    // since is never uploaded as the good one.
+    std::optional<uint32_t> expected_crc32c;
   };
   // Up to max queued uploads, skipping inos in busy and files open for
   // writing (their last close queues them again).

@@ -293,6 +293,11 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
     if (!job.resident) job.source_key = inode->object->key;
     job.stale_upload_id = it->second.upload_id;
     job.stale_upload_key = it->second.upload_key;
+    if (inode->checksum && inode->checksum->size == job.size && inode->checksum->mtime_ns == job.mtime_ns) {
+      job.expected_crc32c = inode->checksum->crc32c;
+    } else if (inode->object && inode->object->size == job.size && inode->object->mtime_ns == job.mtime_ns) {
+      job.expected_crc32c = inode->object->crc32c;
+    }
     out.push_back(std::move(job));
     ++it;
   }

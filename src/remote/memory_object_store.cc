@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "common/crc32c.h"
+
 namespace ckptfs {
 
 namespace {
@@ -22,6 +24,22 @@ Status MemoryObjectStore::InjectedFault() {
   return Status::Ok();
 }
 
+Result<std::string> MemoryObjectStore::Receive(const std::string& what, const std::string& data) {
+  if (corrupt_next_ <= 0 || data.empty()) return data;
+  corrupt_next_--;
+  // The CRC32C the sender computed (and S3's client sends) before the flip.
+  const uint32_t sent_crc = Crc32c(0, data.data(), data.size());
+  std::string arrived = data;
+  // A different bit each time, spread over the body.
+  const uint64_t bit = (corrupted_++ * 2654435761u) % (arrived.size() * 8);
+  arrived[bit / 8] = static_cast<char>(arrived[bit / 8] ^ (1 << (bit % 8)));
+  if (verify_uploads_ && Crc32c(0, arrived.data(), arrived.size()) != sent_crc) {
+    mismatches_++;
+    return Status::Error(EIO, Describe() + ": " + what + ": checksum mismatch (body damaged on the way)");
+  }
+  return arrived;
+}
+
 Result<MemoryObjectStore::Upload*> MemoryObjectStore::FindUpload(const std::string& key,
                                                                  const std::string& upload_id) {
   auto it = uploads_.find(upload_id);
@@ -36,7 +54,9 @@ Status MemoryObjectStore::Put(const std::string& key, const std::string& data) {
   counters_.put++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
-  objects_[key] = data;
+  Result<std::string> arrived = Receive("put " + key, data);
+  if (!arrived.ok()) return arrived.status();
+  objects_[key] = std::move(arrived).value();
   return Status::Ok();
 }
 
@@ -64,8 +84,10 @@ Result<std::string> MemoryObjectStore::UploadPart(const std::string& key,
   }
   Result<Upload*> upload = FindUpload(key, upload_id);
   if (!upload.ok()) return upload.status();
+  Result<std::string> arrived = Receive("upload part " + std::to_string(part_number) + " of " + key, data);
+  if (!arrived.ok()) return arrived.status();
   std::string etag = "memetag" + std::to_string(next_etag_++);
-  (*upload)->parts[part_number] = Part{data, etag};
+  (*upload)->parts[part_number] = Part{std::move(arrived).value(), etag};
   return etag;
 }
 
@@ -189,6 +211,21 @@ void MemoryObjectStore::FailNext(int n, int err) {
 void MemoryObjectStore::SetUnavailable(bool unavailable) {
   std::lock_guard<std::mutex> lock(mu_);
   unavailable_ = unavailable;
+}
+
+void MemoryObjectStore::CorruptNextUploads(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  corrupt_next_ = n > 0 ? n : 0;
+}
+
+void MemoryObjectStore::SetVerifyUploads(bool verify) {
+  std::lock_guard<std::mutex> lock(mu_);
+  verify_uploads_ = verify;
+}
+
+uint64_t MemoryObjectStore::UploadChecksumMismatches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mismatches_;
 }
 
 #define CKPTFS_COUNTER(name, field)              \

@@ -8,6 +8,14 @@
 //    happen before anything else (before the key is even validated) and
 //    change nothing. While the store is unavailable, calls do not use up
 //    FailNext's count.
+//  * CorruptNextUploads(n): the next n upload bodies (Put, UploadPart) get
+//    one bit flipped on their way in, as a faulty link or proxy would. The
+//    store then does what S3 does with the x-amz-checksum-crc32c the S3
+//    store sends: it compares the CRC32C of what arrived with that of the
+//    caller's bytes and refuses the upload (EIO "checksum mismatch", counted
+//    in UploadChecksumMismatches). With SetVerifyUploads(false) it stores
+//    the damaged bytes instead, as a store without checksums did: tests show
+//    with it that the damage is real and would otherwise go unnoticed.
 //
 // Every ObjectStore method counts as a call for both; Describe(),
 // min_part_size() and the inspection methods below do not. The counters
@@ -66,6 +74,9 @@ class MemoryObjectStore final : public ObjectStore {
   // Fault injection; see the file comment. n <= 0 cancels a pending FailNext.
   void FailNext(int n, int err);
   void SetUnavailable(bool unavailable);
+  void CorruptNextUploads(int n);
+  void SetVerifyUploads(bool verify);
+  uint64_t UploadChecksumMismatches() const override;
 
   // Calls made so far, failed ones included.
   size_t put_calls() const;
@@ -97,6 +108,10 @@ class MemoryObjectStore final : public ObjectStore {
     size_t get = 0, head = 0, list = 0, del = 0;
   };
 
+  // data as it arrives: with a bit flipped while CorruptNextUploads lasts;
+  // EIO when it then fails the checksum the caller's bytes had.
+  // REQUIRES: mu_ held.
+  Result<std::string> Receive(const std::string& what, const std::string& data);
   // Counts nothing; returns the injected failure for this call, if any.
   // REQUIRES: mu_ held.
   Status InjectedFault();
@@ -114,6 +129,10 @@ class MemoryObjectStore final : public ObjectStore {
   int fail_next_ = 0;                           // GUARDED_BY(mu_)
   int fail_err_ = 0;                            // GUARDED_BY(mu_)
   bool unavailable_ = false;                    // GUARDED_BY(mu_)
+  int corrupt_next_ = 0;                        // GUARDED_BY(mu_)
+  uint64_t corrupted_ = 0;                      // GUARDED_BY(mu_); bodies damaged so far
+  bool verify_uploads_ = true;                  // GUARDED_BY(mu_)
+  uint64_t mismatches_ = 0;                     // GUARDED_BY(mu_)
 };
 
 }  // namespace ckptfs

@@ -40,7 +40,8 @@ class ObjectStore {
   // the object is not visible. UploadPart returns the part's ETag, an opaque
   // token the caller keeps (S3 needs it to assemble the object), so a store
   // holds no per-upload state in memory and an upload survives a restart of
-  // the process as long as the caller persisted the id and the ETags.
+  // the process as long as the caller persisted the id and the ETags. (The
+  // S3 store's token also carries the part's CRC32C for Complete.)
   // Uploading a part number again replaces the part; only the ETag of its
   // latest upload completes the object.
   virtual Result<std::string> BeginMultipart(const std::string& key) = 0;  // upload id
@@ -78,6 +79,11 @@ class ObjectStore {
   // For messages and status.json: "s3://bucket/prefix", "file:///dir". Never
   // contains credentials.
   virtual std::string Describe() const = 0;
+
+  // Uploads (Put, UploadPart) whose body arrived damaged, as the store's
+  // checksums caught them (each was retried or failed, never kept): for
+  // status.json and the metrics. 0 for stores with nothing in between.
+  virtual uint64_t UploadChecksumMismatches() const { return 0; }
 };
 
 // Checks a key against the rules above: EINVAL with the reason otherwise.

@@ -30,7 +30,10 @@ bool IsRetryableHttpResponse(int http_status, std::string_view s3_error_code) {
   // counts on its own.
   for (std::string_view code : {"SlowDown", "InternalError", "ServiceUnavailable",
                                 "RequestTimeout", "Throttling", "ThrottlingException",
-                                "RequestLimitExceeded", "TooManyRequestsException"}) {
+                                "RequestLimitExceeded", "TooManyRequestsException",
+                                // The body did not match its checksum: damaged
+                                // on the way, so sending it again can succeed.
+                                "BadDigest", "XAmzContentChecksumMismatch", "InvalidDigest"}) {
     if (s3_error_code == code) return true;
   }
   if (http_status == 429) return true;

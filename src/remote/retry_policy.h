@@ -3,7 +3,9 @@
 // (a random source and a sleep), so tests run it instantly and exactly.
 //
 // Retried: throttling and server-side trouble (HTTP 5xx except 501, 429,
-// S3's SlowDown / InternalError / RequestTimeout codes whatever the status)
+// S3's SlowDown / InternalError / RequestTimeout codes whatever the status,
+// and BadDigest / XAmzContentChecksumMismatch / InvalidDigest: a body damaged
+// on the way)
 // and transport failures that say nothing about the request itself
 // (connection refused or reset, timeouts, unreachable host). Everything else
 // (403, 404, a malformed request...) fails at once: sending it again would

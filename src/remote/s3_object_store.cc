@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -45,6 +46,11 @@ std::string ContentMd5(std::string_view body) {
   return std::string(reinterpret_cast<const char*>(b64), static_cast<size_t>(std::max(n, 0)));
 }
 
+// S3's codes for a body that does not match the checksum sent with it.
+bool IsDamagedUploadCode(const std::string& code) {
+  return code == "BadDigest" || code == "XAmzContentChecksumMismatch" || code == "InvalidDigest";
+}
+
 Result<uint64_t> ParseContentLength(const std::string& text) {
   uint64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -70,6 +76,9 @@ struct S3ObjectStore::Request {
   int accepted_status = 0;
   // Whether a 2xx may carry an <Error> document (CompleteMultipartUpload).
   bool error_in_2xx = false;
+  // When set, a 2xx answer must pass it (an upload's checksums); a failure is
+  // a damaged upload and retried.
+  std::function<Status(const HttpResponse&)> check_answer;
   // When set, called before each attempt for a fresh body sink (so a retry
   // starts from an empty buffer).
   std::function<std::function<bool(int, std::string_view)>()> make_sink;
@@ -139,6 +148,32 @@ Result<std::string> S3ObjectStore::S3Key(const std::string& key) const {
   return full;
 }
 
+void S3ObjectStore::NoteDamagedUpload(const std::string& what, const std::string& detail) {
+  checksum_mismatches_++;
+  // One line per damaged attempt in ckptfs.log: rare, and each one matters.
+  std::fprintf(stderr, "ckptfs: %s: %s: %s; sending it again\n", describe_.c_str(), what.c_str(),
+               detail.c_str());
+}
+
+std::optional<BodyDigests> S3ObjectStore::Digests(const std::string& body) const {
+  if (!config_.upload_checksums) return std::nullopt;
+  return DigestBody(body, /*with_md5=*/!server_checks_crc32c_.load());
+}
+
+void S3ObjectStore::AddChecksumHeaders(const BodyDigests& d,
+                                       std::vector<std::pair<std::string, std::string>>* headers) {
+  if (!d.md5_base64.empty()) headers->emplace_back("content-md5", d.md5_base64);
+  headers->emplace_back("x-amz-checksum-crc32c", d.crc32c_base64);
+}
+
+std::function<Status(const HttpResponse&)> S3ObjectStore::AnswerCheck(const BodyDigests& d) {
+  return [this, d](const HttpResponse& resp) {
+    Status st = CheckUploadAnswer(resp, d);
+    if (st.ok() && AnswerConfirmsCrc32c(resp, d)) server_checks_crc32c_ = true;
+    return st;
+  };
+}
+
 S3ErrorContext S3ObjectStore::ErrorContext(const std::string& upload_id) const {
   S3ErrorContext ctx;
   ctx.bucket = config_.bucket;
@@ -188,6 +223,12 @@ Result<HttpResponse> S3ObjectStore::Execute(const Request& req, const std::strin
     bool failed = code < 200 || code >= 300;
     if (code == req.accepted_status) failed = false;
     if (!failed && req.error_in_2xx && IsErrorDocument(resp->body)) failed = true;
+    if (!failed && req.check_answer) {
+      if (Status damaged = req.check_answer(*resp); !damaged.ok()) {
+        NoteDamagedUpload(what, damaged.message());
+        return {damaged, true};
+      }
+    }
     if (!failed) {
       result = std::move(resp).value();
       return {Status::Ok(), false};
@@ -197,6 +238,7 @@ Result<HttpResponse> S3ObjectStore::Execute(const Request& req, const std::strin
       Result<S3ErrorDocument> parsed = ParseErrorDocument(resp->body);
       if (parsed.ok()) doc = std::move(parsed).value();
     }
+    if (IsDamagedUploadCode(doc.code)) NoteDamagedUpload(what, doc.code + ": " + doc.message);
     S3ErrorContext ctx = ErrorContext(req.upload_id);
     ctx.bucket_region = resp->Header("x-amz-bucket-region");
     return {MapS3Error(code, doc, ctx), IsRetryableHttpResponse(code, doc.code)};
@@ -214,6 +256,10 @@ Status S3ObjectStore::Put(const std::string& key, const std::string& data) {
   req.body = data.data();
   req.body_size = data.size();
   req.bulk_body = true;
+  if (std::optional<BodyDigests> d = Digests(data)) {
+    AddChecksumHeaders(*d, &req.headers);
+    req.check_answer = AnswerCheck(*d);
+  }
   return Execute(req, "put " + key).status();
 }
 
@@ -224,6 +270,8 @@ Result<std::string> S3ObjectStore::BeginMultipart(const std::string& key) {
   req.method = "POST";
   req.s3_key = *s3_key;
   req.query = {{"uploads", ""}};
+  // The parts then carry CRC32Cs and S3 keeps the object's composite.
+  if (config_.upload_checksums) req.headers = {{"x-amz-checksum-algorithm", "CRC32C"}};
   const std::string what = "begin multipart upload of " + key;
   Result<HttpResponse> resp = Execute(req, what);
   if (!resp.ok()) return resp.status();
@@ -250,13 +298,18 @@ Result<std::string> S3ObjectStore::UploadPart(const std::string& key, const std:
   req.body_size = data.size();
   req.bulk_body = true;
   req.upload_id = upload_id;
+  const std::optional<BodyDigests> digests = Digests(data);
+  if (digests) {
+    AddChecksumHeaders(*digests, &req.headers);
+    req.check_answer = AnswerCheck(*digests);
+  }
   Result<HttpResponse> resp = Execute(req, what);
   if (!resp.ok()) return resp.status();
   std::string etag = resp->Header("etag");
   if (etag.empty()) {
     return Status::Error(EIO, describe_ + ": " + what + ": the response has no ETag header");
   }
-  return etag;
+  return digests ? MakePartToken(etag, digests->crc32c) : etag;
 }
 
 Status S3ObjectStore::CompleteMultipart(const std::string& key, const std::string& upload_id,
@@ -269,7 +322,19 @@ Status S3ObjectStore::CompleteMultipart(const std::string& key, const std::strin
                                      " outside 1.." + std::to_string(kMaxPartNumber));
   }
   if (upload_id.empty()) return Status::Error(ENOENT, what + ": empty multipart upload id");
-  const std::string body = BuildCompleteMultipartUpload(part_etags);
+  std::vector<CompletedPart> parts;
+  std::vector<uint32_t> part_crcs;
+  parts.reserve(part_etags.size());
+  for (const std::string& token : part_etags) {
+    PartToken part = ParsePartToken(token);
+    CompletedPart& out = parts.emplace_back();
+    out.etag = std::move(part.etag);
+    if (part.crc32c) {
+      out.checksum_crc32c = Crc32cBase64(*part.crc32c);
+      part_crcs.push_back(*part.crc32c);
+    }
+  }
+  const std::string body = BuildCompleteMultipartUploadWithChecksums(parts);
   Request req;
   req.method = "POST";
   req.s3_key = *s3_key;
@@ -281,6 +346,17 @@ Status S3ObjectStore::CompleteMultipart(const std::string& key, const std::strin
   // from then on arrives as an <Error> body.
   req.error_in_2xx = true;
   req.upload_id = upload_id;
+  if (part_crcs.size() == parts.size()) {
+    // S3 answers with the composite it computed from the parts it holds.
+    req.check_answer = [expected = CompositeCrc32c(part_crcs)](const HttpResponse& resp) -> Status {
+      Result<XmlElement> doc = ParseXml(resp.body);
+      if (!doc.ok()) return Status::Ok();  // servers that answer nothing to check
+      const std::string got = doc->ChildText("ChecksumCRC32C");
+      if (got.empty() || got == expected) return Status::Ok();
+      return Status::Error(EIO, "checksum mismatch: the server assembled an object with CRC32C " + got +
+                                    ", the parts sent make " + expected);
+    };
+  }
   return Execute(req, what).status();
 }
 

@@ -22,6 +22,8 @@
 #include "remote/fake_http_server_for_test.h"
 #include "remote/s3_signer.h"
 #include "remote/s3rver_for_test.h"
+#include "remote/upload_checksums.h"
+#include "common/crc32c.h"
 
 namespace ckptfs {
 namespace {
@@ -151,7 +153,9 @@ TEST_F(S3ObjectStoreTest, MultipartThreePartsInParallel) {
   }
   for (std::thread& t : threads) t.join();
   for (const std::string& e : etags) {
-    EXPECT_EQ(e.size(), 34u) << e;  // "\"<md5 hex>\""
+    // "\"<md5 hex>\";crc32c=<8 hex>": the ETag and the part's CRC32C.
+    EXPECT_EQ(ParsePartToken(e).etag.size(), 34u) << e;
+    EXPECT_TRUE(ParsePartToken(e).crc32c.has_value()) << e;
     EXPECT_EQ(e.front(), '"');
   }
   EXPECT_EQ(s->Head("big/model.bin").err(), ENOENT);  // not visible before Complete
@@ -425,14 +429,17 @@ TEST_F(S3FaultTest, SignsWhatItSends) {
   const std::string auth = req.Header("authorization");
   EXPECT_EQ(auth.rfind("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/", 0), 0u) << auth;
   EXPECT_NE(auth.find("/us-east-1/s3/aws4_request"), std::string::npos) << auth;
-  EXPECT_NE(auth.find("SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token"),
+  EXPECT_NE(auth.find("SignedHeaders=content-md5;host;x-amz-checksum-crc32c;x-amz-content-sha256;x-amz-date;"
+                      "x-amz-security-token"),
             std::string::npos)
       << auth;
   // The signature checks out when recomputed from what arrived.
   HttpRequestToSign again;
   again.method = req.method;
   again.path = req.target;
-  again.headers = {{"host", req.Header("host")},
+  again.headers = {{"content-md5", req.Header("content-md5")},
+                   {"host", req.Header("host")},
+                   {"x-amz-checksum-crc32c", req.Header("x-amz-checksum-crc32c")},
                    {"x-amz-content-sha256", req.Header("x-amz-content-sha256")},
                    {"x-amz-date", req.Header("x-amz-date")},
                    {"x-amz-security-token", req.Header("x-amz-security-token")}};
@@ -646,7 +653,8 @@ TEST_F(S3FaultTest, BeginUploadPartAndAbortRequests) {
   EXPECT_EQ(*id, "abc/+=");
   Result<std::string> etag = s->UploadPart("big", *id, 7, "part data");
   ASSERT_TRUE(etag.ok()) << etag.status().ToString();
-  EXPECT_EQ(*etag, "\"part-etag\"");
+  // The ETag, with the part's CRC32C for Complete.
+  EXPECT_EQ(*etag, MakePartToken("\"part-etag\"", Crc32c(0, "part data", 9)));
   ASSERT_TRUE(s->AbortMultipart("big", *id).ok());
   Status gone = s->AbortMultipart("big", "gone");
   EXPECT_EQ(gone.err(), ENOENT);

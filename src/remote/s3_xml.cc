@@ -404,10 +404,21 @@ bool IsErrorDocument(std::string_view body) {
 }
 
 std::string BuildCompleteMultipartUpload(const std::vector<std::string>& part_etags) {
+  std::vector<CompletedPart> parts;
+  parts.reserve(part_etags.size());
+  for (const std::string& etag : part_etags) parts.push_back({etag, {}});
+  return BuildCompleteMultipartUploadWithChecksums(parts);
+}
+
+std::string BuildCompleteMultipartUploadWithChecksums(const std::vector<CompletedPart>& parts) {
   std::string out = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">";
-  for (size_t i = 0; i < part_etags.size(); i++) {
-    out += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" +
-           XmlEscape(part_etags[i]) + "</ETag></Part>";
+  for (size_t i = 0; i < parts.size(); i++) {
+    out += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + XmlEscape(parts[i].etag) +
+           "</ETag>";
+    if (!parts[i].checksum_crc32c.empty()) {
+      out += "<ChecksumCRC32C>" + XmlEscape(parts[i].checksum_crc32c) + "</ChecksumCRC32C>";
+    }
+    out += "</Part>";
   }
   out += "</CompleteMultipartUpload>";
   return out;

@@ -76,6 +76,12 @@ bool IsErrorDocument(std::string_view body);
 
 // The CompleteMultipartUpload body for parts 1..N with these ETags.
 std::string BuildCompleteMultipartUpload(const std::vector<std::string>& part_etags);
+// The same with each part's checksum (base64 CRC32C; left out when empty).
+struct CompletedPart {
+  std::string etag;
+  std::string checksum_crc32c;
+};
+std::string BuildCompleteMultipartUploadWithChecksums(const std::vector<CompletedPart>& parts);
 // The DeleteObjects body for these (full S3) keys.
 std::string BuildDeleteObjects(const std::vector<std::string>& keys, bool quiet);
 

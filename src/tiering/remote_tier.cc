@@ -293,6 +293,8 @@ void RemoteTier::AddStatus(nlohmann::json* status) {
                            {"upload_rate_bytes_per_s", upload_rate_.PerSecond(clock_.MonotonicNanos())},
                            {"files_uploaded", files_uploaded_},
                            {"upload_failures", upload_failures_},
+                           // Upload attempts whose body arrived damaged (retried, never kept).
+                           {"upload_checksum_mismatches", store_->UploadChecksumMismatches()},
                            {"steps_persisted", steps_persisted_},
                            {"objects_deleted", objects_deleted_},
                            {"bytes_fetched", bytes_fetched_.load()},
@@ -319,6 +321,9 @@ void RemoteTier::AddMetrics(PrometheusWriter* w) {
   one("ckptfs_uploaded_files_total", "counter", "Files uploaded.", static_cast<double>(files_uploaded_));
   one("ckptfs_upload_failures_total", "counter", "File uploads that failed (each is tried again).",
       static_cast<double>(upload_failures_));
+  one("ckptfs_upload_checksum_mismatches_total", "counter",
+      "Upload attempts whose body arrived damaged (caught by the checksums; retried, never kept).",
+      static_cast<double>(store_->UploadChecksumMismatches()));
   one("ckptfs_steps_persisted_total", "counter", "Commit objects written.", static_cast<double>(steps_persisted_));
   one("ckptfs_remote_objects_deleted_total", "counter", "Remote objects deleted.",
       static_cast<double>(objects_deleted_));

@@ -112,6 +112,9 @@ class RemoteTier : public TierHooks {
   size_t UploadsAllowedNow();
   Status Upload(const FileSystem::UploadJob& job);
   Status UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, uint32_t* crc);
+  // EIO and a checksum_mismatch event when the bytes read for job (CRC32C
+  // crc) are not those whose CRC32C was recorded for this version.
+  Status CheckReadForUpload(const FileSystem::UploadJob& job, uint32_t crc);
   Status ReadForUpload(const FileSystem::UploadJob& job, BackingFile* file, uint64_t offset,
                        size_t n, std::string* out);
   void UploadFinished(uint64_t ino, const Status& st, uint64_t bytes);

@@ -59,6 +59,7 @@ class SharedStore final : public ObjectStore {
   Result<std::vector<ObjectInfo>> List(const std::string& p) override { return s_->List(p); }
   Status Delete(const std::vector<std::string>& keys) override { return s_->Delete(keys); }
   std::string Describe() const override { return s_->Describe(); }
+  uint64_t UploadChecksumMismatches() const override { return s_->UploadChecksumMismatches(); }
 
  private:
   ObjectStore* s_;

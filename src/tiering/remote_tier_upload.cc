@@ -3,6 +3,7 @@
 // tells FileSystem what the object now holds. A failure leaves the file
 // queued; it is tried again after a growing delay.
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 
 #include "common/crc32c.h"
@@ -145,9 +146,13 @@ Status RemoteTier::Upload(const FileSystem::UploadJob& job) {
     std::string data;
     st = ReadForUpload(job, file->get(), 0, job.size, &data);
     if (st.ok()) {
+      // The CRC32C of the very buffer that is sent: the store checksums the
+      // same bytes on their way (upload_checksums.h), so what the commit
+      // object records is what the remote holds.
       crc = Crc32c(0, data.data(), data.size());
-      st = store_->Put(job.key, data);
+      st = CheckReadForUpload(job, crc);
     }
+    if (st.ok()) st = store_->Put(job.key, data);
   } else {
     st = UploadMultipart(job, file->get(), &crc);
   }
@@ -156,6 +161,16 @@ Status RemoteTier::Upload(const FileSystem::UploadJob& job) {
     return st;
   }
   return fs_->NoteUploaded(job, crc);
+}
+
+Status RemoteTier::CheckReadForUpload(const FileSystem::UploadJob& job, uint32_t crc) {
+  if (!job.expected_crc32c || *job.expected_crc32c == crc) return Status::Ok();
+  char msg[200];
+  std::snprintf(msg, sizeof msg,
+                "not uploaded: the %s copy has CRC32C %08x, %08x was recorded for this version",
+                job.resident ? "local" : "fetched", crc, *job.expected_crc32c);
+  events_->Append({{"event", "error"}, {"kind", "checksum_mismatch"}, {"path", job.key}, {"error", msg}});
+  return Status::Error(EIO, job.key + ": " + msg);
 }
 
 Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, uint32_t* crc) {
@@ -231,6 +246,9 @@ Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile
   }
   cv.notify_all();
   for (auto& t : senders) t.join();
+  // The parts' CRC32Cs in order make the file's: checked before Complete,
+  // so an object of damaged local bytes never becomes visible.
+  if (failed.ok()) failed = CheckReadForUpload(job, c);
   if (failed.ok()) failed = store_->CompleteMultipart(job.key, *upload_id, etags);
   if (!failed.ok()) {
     (void)store_->AbortMultipart(job.key, *upload_id);
