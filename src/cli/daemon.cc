@@ -28,6 +28,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   d->options_ = options;
   d->events_ = std::make_unique<EventLog>(options.cache_dir + "/events.jsonl");
   d->events_->SetLogSink(stderr, options.log_level);
+  for (const std::string& notice : options.notices) {
+    d->events_->Append({{"event", "cache_permissions"}, {"cache", options.cache_dir}, {"detail", notice}});
+  }
   auto manifest = OpenRocksDbManifestStore(options.cache_dir + "/manifest");
   if (!manifest.ok()) {
     if (manifest.err() == EBUSY) {

@@ -1,6 +1,7 @@
 // The ckptfs command: mount (foreground or background), commit, retention,
 // status, fsck, help, version.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -68,6 +69,7 @@ int MountInBackground(const MountOptions& options) {
   const int devnull = open("/dev/null", O_RDWR);
   const std::string log_path = options.cache_dir + "/ckptfs.log";
   const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (log >= 0) (void)fchmod(log, 0600);  // a log left readable by an older version
   dup2(devnull, STDIN_FILENO);
   dup2(log >= 0 ? log : devnull, STDOUT_FILENO);
   dup2(log >= 0 ? log : devnull, STDERR_FILENO);
@@ -95,8 +97,16 @@ int Mount(int argc, char** argv) {
     return 2;
   }
   MountOptions options = std::move(parsed).value();
+  // Everything the daemon creates is its user's alone, whatever umask it was
+  // started with: RocksDB creates the manifest's files 0644 & ~umask and has
+  // no working per-database mode, and those files hold every name, symlink
+  // target and xattr value of the mount. Files created through the mount
+  // are unaffected (the kernel applies the caller's umask, and access goes
+  // through FUSE's modes, not the backing files').
+  umask(077);
   Status st = CheckMountTargets(&options);
   if (!st.ok()) return Fail(st.message());
+  for (const std::string& notice : options.notices) std::fprintf(stderr, "ckptfs: %s\n", notice.c_str());
   if (!options.foreground) return MountInBackground(options);
   auto daemon = Daemon::Start(options);
   if (!daemon.ok()) return Fail(daemon.status().message());

@@ -1,5 +1,6 @@
 #include "cli/mount_options.h"
 
+#include "cli/cache_dir.h"
 #include "cli/mount_table.h"
 
 #include <fcntl.h>
@@ -7,8 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -35,6 +39,8 @@ const char* const kMountUsage =
     "                         (full-tensor views; always reachable by name)\n"
     "  --show-latest          list the virtual latest links of run directories (hidden by\n"
     "                         default: trainers parse every entry; reachable by name)\n"
+    "  --nonempty             mount over a mountpoint that is not empty (its files are hidden\n"
+    "                         while mounted; refused by default)\n"
     "  -o OPTIONS             FUSE mount options (comma-separated), e.g. -o allow_other\n"
     "  --log-level LEVEL      events also logged to stderr (journald; CACHE/ckptfs.log in the\n"
     "                         background): debug, info (default), warning, error\n"
@@ -93,6 +99,25 @@ Result<std::string> AbsolutePath(const std::string& path) {
   return out;
 }
 
+// ENOTEMPTY when dir has an entry (its files would be hidden by the mount,
+// which is rarely meant: a wrong path, or a cache left in the mountpoint).
+Status CheckEmptyMountpoint(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return Status::FromErrno("mountpoint " + dir);
+  std::string first;
+  while (dirent* e = readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      first = e->d_name;
+      break;
+    }
+  }
+  closedir(d);
+  if (first.empty()) return Status::Ok();
+  return Status::Error(ENOTEMPTY, "mountpoint " + dir + " is not empty (it holds " + first +
+                                      "; the mount would hide its files): empty it, choose another "
+                                      "directory, or pass --nonempty to mount over it anyway");
+}
+
 bool IsMountPoint(const std::string& path) {
   for (const MountEntry& m : ReadMountTable()) {
     if (m.mountpoint == path) return true;
@@ -137,7 +162,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
     kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
-    kShowLatest, kCommitSettle,
+    kShowLatest, kCommitSettle, kNonEmpty,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -166,6 +191,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"show-full", no_argument, nullptr, kShowFull},
       {"show-latest", no_argument, nullptr, kShowLatest},
       {"commit-settle", required_argument, nullptr, kCommitSettle},
+      {"nonempty", no_argument, nullptr, kNonEmpty},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -188,7 +214,12 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         break;
       }
       case kCache:
+        // An empty value would silently mean the default directory.
+        if (optarg[0] == '\0') return Status::Error(EINVAL, "--cache takes a directory, not an empty string");
         o.cache_dir = optarg;
+        break;
+      case kNonEmpty:
+        o.nonempty = true;
         break;
       case 'f':
         o.foreground = true;
@@ -341,8 +372,9 @@ Status CheckMountTargets(MountOptions* o) {
                                     " is already mounted (unmount it first: fusermount3 -u " +
                                     o->mountpoint + ")");
   }
+  if (!o->nonempty) CKPTFS_RETURN_IF_ERROR(CheckEmptyMountpoint(o->mountpoint));
 
-  if (o->cache_is_default && mkdir(o->cache_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+  if (o->cache_is_default && mkdir(o->cache_dir.c_str(), kCacheDirMode) != 0 && errno != EEXIST) {
     return Status::FromErrno("cannot create cache directory " + o->cache_dir);
   }
   if (stat(o->cache_dir.c_str(), &st) != 0) {
@@ -359,6 +391,7 @@ Status CheckMountTargets(MountOptions* o) {
   if (o->cache_dir == o->mountpoint || o->cache_dir.rfind(o->mountpoint + "/", 0) == 0) {
     return Status::Error(EINVAL, "cache directory " + o->cache_dir + " must not be inside the mountpoint");
   }
+  CKPTFS_RETURN_IF_ERROR(SecureCacheDir(o->cache_dir, &o->notices));
   // access() says yes to root even on a read-only filesystem: really write.
   const std::string probe = o->cache_dir + "/.ckptfs-write-probe";
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -366,8 +399,16 @@ Status CheckMountTargets(MountOptions* o) {
   close(fd);
   unlink(probe.c_str());
   o->fs.mountpoint = o->mountpoint;
+  o->fs.owner_uid = geteuid();
   o->fs.cache_dir = o->cache_dir;
   if (!o->writer_socket_off && o->writer_socket.empty()) o->writer_socket = o->cache_dir + "/writer.sock";
+  // The daemon replaces a stale socket at this path, nothing else: a file
+  // named by mistake must not be deleted (checked again when binding).
+  if (!o->writer_socket_off && lstat(o->writer_socket.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    return Status::Error(EEXIST, "--writer-socket " + o->writer_socket +
+                                     " exists and is not a socket: refusing to replace it (remove it or "
+                                     "choose another path)");
+  }
   return Status::Ok();
 }
 

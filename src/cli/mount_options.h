@@ -22,6 +22,11 @@ struct MountOptions {
   std::string cache_dir;   // absolute
   bool cache_is_default = false;
   bool foreground = false;
+  // --nonempty: mount over a mountpoint that has entries (refused otherwise).
+  bool nonempty = false;
+  // Things CheckMountTargets changed that the operator should hear of (a
+  // cache directory made private): printed and recorded as events.
+  std::vector<std::string> notices;
   std::vector<std::string> fuse_options;  // -o values, split at commas
   FileSystemOptions fs;
   RemoteSpec remote;  // url empty: local only
@@ -40,8 +45,10 @@ Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text)
 // argv[0] is "mount". EINVAL with a message for anything unknown or malformed.
 Result<MountOptions> ParseMountArgs(int argc, char** argv);
 
-// Resolves paths and checks the mountpoint and cache directory; creates the
-// default cache directory when it is missing.
+// Resolves paths and checks the mountpoint (a directory, not mounted, empty
+// unless --nonempty) and the cache directory (owned by this user, made
+// private: see cache_dir.h); creates the default cache directory when it
+// is missing.
 Status CheckMountTargets(MountOptions* options);
 
 extern const char* const kMountUsage;

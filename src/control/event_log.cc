@@ -1,9 +1,29 @@
 #include "control/event_log.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <ctime>
 #include <fstream>
 
 namespace ckptfs {
+
+namespace {
+
+// Events name paths of the mount, also those inside directories other users
+// may not enter: the file is the daemon user's alone (0600 whatever the
+// umask, and a file left looser by an older version is tightened).
+FILE* OpenOwnerOnly(const std::string& path, int mode_flag) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | mode_flag, 0600);
+  if (fd < 0) return nullptr;
+  (void)fchmod(fd, 0600);
+  FILE* f = fdopen(fd, mode_flag == O_APPEND ? "a" : "w");
+  if (!f) close(fd);
+  return f;
+}
+
+}  // namespace
 
 bool ParseLogLevel(const std::string& text, LogLevel* level) {
   if (text == "debug") {
@@ -63,11 +83,11 @@ EventLog::EventLog(std::string path, size_t capacity) : path_(std::move(path)), 
     }
   }
   // Keep the file bounded: rewrite it with the kept tail, then append.
-  if (FILE* f = std::fopen(path_.c_str(), "w")) {
+  if (FILE* f = OpenOwnerOnly(path_, O_TRUNC)) {
     for (const auto& l : lines_) std::fprintf(f, "%s\n", l.c_str());
     std::fclose(f);
   }
-  file_ = std::fopen(path_.c_str(), "a");
+  file_ = OpenOwnerOnly(path_, O_APPEND);
 }
 
 EventLog::~EventLog() {

@@ -54,7 +54,18 @@ Result<int> Listen(const std::string& path) {
     close(fd);
     return Status::Error(EADDRINUSE, "writer socket " + path + " is in use by another daemon");
   }
-  (void)unlink(path.c_str());
+  // Only a stale socket is replaced: anything else at the path (a file
+  // given by mistake, a directory) is the user's and stays.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      close(fd);
+      return Status::Error(EEXIST, "writer socket " + path +
+                                       " exists and is not a socket: refusing to replace it (remove it or "
+                                       "choose another --writer-socket)");
+    }
+    (void)unlink(path.c_str());
+  }
   const mode_t old_umask = umask(0);  // clients of every user connect
   const int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   const int bind_errno = errno;

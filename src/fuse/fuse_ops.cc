@@ -2,6 +2,7 @@
 
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -161,8 +162,24 @@ void ReplyOpen(fuse_req_t req, fuse_file_info* fi, const FileSystem::Opened& o) 
   }
 }
 
+// The caller's supplementary groups (libfuse reads /proc/PID/status); only
+// asked for where the daemon checks permissions itself.
+std::vector<uint32_t> GroupsOf(fuse_req_t req) {
+  std::vector<gid_t> groups(32);
+  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  if (n > static_cast<int>(groups.size())) {
+    groups.resize(static_cast<size_t>(n));
+    n = fuse_req_getgroups(req, n, groups.data());
+  }
+  if (n < 0) return {};  // unknown: judged by uid and primary gid only
+  groups.resize(std::min(groups.size(), static_cast<size_t>(n)));
+  return {groups.begin(), groups.end()};
+}
+
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto r = Fs(req)->OpenFile(ino, fi->flags, static_cast<uint32_t>(fuse_req_ctx(req)->pid));
+  Caller who = CallerOf(req);
+  if (FileSystem::NeedsGroups(ino)) who.groups = GroupsOf(req);
+  auto r = Fs(req)->OpenFile(ino, fi->flags, who.pid, &who);
   if (!r.ok()) return ReplyError(req, r.status());
   ReplyOpen(req, fi, *r);
 }

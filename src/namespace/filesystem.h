@@ -80,6 +80,9 @@ struct FileSystemOptions {
   // default: trainers such as torchtitan parse a step number out of every
   // entry of their folder. Reachable by name either way.
   bool show_latest = false;
+  // The daemon's user: like root, it sees every step and event in the
+  // control files (it can read the cache directory anyway).
+  uint32_t owner_uid = 0;
   // Shown in status.json.
   std::string mountpoint;
   std::string cache_dir;
@@ -141,6 +144,9 @@ struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint32_t pid = 0;  // 0 = unknown (not a process of this machine's namespace)
+  // Supplementary groups: filled only where the daemon checks permissions
+  // itself (opening /.ckptfs control files; see FileSystem::NeedsGroups).
+  std::vector<uint32_t> groups;
 };
 
 // What asked for a step's commit (SPEC section 3's triggers). The commit
@@ -214,7 +220,12 @@ class FileSystem {
     bool direct_io = false;   // generated control files
   };
   // pid: the opening process (0 = unknown), for the commit's session.
-  Result<Opened> OpenFile(uint64_t ino, int flags, uint32_t pid = 0);
+  // who: the opener; /.ckptfs/status.json and events show it only the steps
+  // and events whose paths it could look up itself (nullptr: everything,
+  // for the daemon's own use).
+  Result<Opened> OpenFile(uint64_t ino, int flags, uint32_t pid = 0, const Caller* who = nullptr);
+  // Opening ino needs the caller's supplementary groups (Caller::groups).
+  static bool NeedsGroups(uint64_t ino) { return ino == kStatusFileIno || ino == kEventsFileIno; }
   // Create and open in one step (O_CREAT).
   Result<std::pair<Entry, Opened>> Create(const Caller& c, uint64_t parent, const std::string& name,
                                           uint32_t mode, int flags);
@@ -675,12 +686,26 @@ class FileSystem {
 
   // Virtual nodes (filesystem_virtual.cc).
   bool IsVirtual(uint64_t ino) const { return (ino & (kVirtualBit | kLatestBit | kFullViewBit)) != 0; }
+  static bool IsLatestLinkIno(uint64_t ino) {
+    return (ino & (kVirtualBit | kLatestBit | kFullViewBit)) == kLatestBit;
+  }
   static Status NotPermittedVirtual() {
     return Status::Error(EPERM, "ckptfs control entries and 'latest' links are managed by ckptfs");
   }
   Result<Entry> LookupVirtual(uint64_t parent, const std::string& name);
   Result<Attr> GetAttrVirtual(uint64_t ino);
-  std::string RenderControlFile(uint64_t ino);
+  // who == nullptr: unfiltered.
+  std::string RenderControlFile(uint64_t ino, const Caller* who = nullptr);
+  // Sees every path: root, the daemon's own user, or the daemon itself.
+  bool SeesEverything(const Caller* who) const;
+  // who could look ino's path up: search permission on every directory
+  // above it. REQUIRES: mu_ held.
+  bool MayLookUpLocked(uint64_t ino, const Caller& who);
+  // The same for a path relative to the root: every directory on the way
+  // exists and grants search; the last component may be gone (a pruned
+  // step). REQUIRES: mu_ held.
+  bool MayLookUpPathLocked(const std::string& path, const Caller& who);
+  std::string RenderEventsFor(const Caller& who);
   std::string RenderMetricsLocked();
   // Bytes and regular files below a step now (for steps not yet committed).
   std::pair<uint64_t, uint64_t> CurrentSize(uint64_t step_ino);

@@ -1,6 +1,7 @@
 // Attributes, extended attributes and statfs.
 #include <sys/xattr.h>
 
+#include "namespace/control_xattrs.h"
 #include "namespace/file_handle.h"
 #include "namespace/filesystem.h"
 
@@ -15,6 +16,15 @@ constexpr size_t kMaxXattrsPerInode = 1024;
 // Read-only, computed on demand, not listed: the retention plan of a run
 // directory as JSON lines (what `ckptfs retention --dry-run` prints).
 constexpr const char* kPlanXattr = "user.ckptfs.retention_plan";
+
+bool SameTime(const timespec& a, const timespec& b) { return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec; }
+
+// A request that sets atime or mtime to something else than they are (a
+// second `rsync -a` or `cp -a` setting the same times changes nothing).
+bool ChangesTimes(const InodeRecord& rec, const SetAttrRequest& req) {
+  if (req.atime_now || req.mtime_now) return true;
+  return (req.atime && !SameTime(*req.atime, rec.atime)) || (req.mtime && !SameTime(*req.mtime, rec.mtime));
+}
 
 bool IsStepXattrName(const std::string& name) {
   static const char* kNames[] = {"user.ckptfs.state", "user.ckptfs.step", "user.ckptfs.bytes",
@@ -38,6 +48,13 @@ Result<Attr> FileSystem::GetAttr(uint64_t ino) {
 
 Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (IsLatestLinkIno(ino)) {
+    // A run's virtual `latest` link has no metadata of its own (it shows its
+    // run directory's owner): chown -h, touch -h and chown -R/chmod -R of the
+    // run succeed on it and change nothing, as Linux ignores a symlink's mode.
+    if (req.size) return NotPermittedVirtual();
+    return GetAttrVirtual(ino);
+  }
   if (IsVirtual(ino)) return NotPermittedVirtual();
   if (req.size) WaitUntilNotCommitting(lock, ino);
   if (req.size) CKPTFS_RETURN_IF_ERROR(MakeLocalForWriteLocked(lock, ino));  // remote-only run-level files
@@ -45,6 +62,11 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   const timespec now = clock_->Now();
+  if (inode->rec.sealed && ChangesTimes(inode->rec, req)) {
+    // A committed file's times describe its contents, which are frozen
+    // (SPEC section 3); its owner and mode are access control and may change.
+    return Status::Error(EROFS, "file belongs to a committed step: its contents and times are read-only");
+  }
   if (req.size) {
     if (inode->is_dir()) return Status::Error(EISDIR, "is a directory");
     if (!inode->is_reg()) return Status::Error(EINVAL, "not a regular file");
@@ -138,6 +160,14 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (IsStepXattrName(name) || name == kPlanXattr) return Status::Error(EPERM, name + " is maintained by ckptfs");
+  if (inode->rec.sealed) {
+    return Status::Error(EROFS, "file belongs to a committed step: its contents and xattrs are read-only");
+  }
+  if (Status st = CheckControlXattrName(name, {inode->is_dir(), steps_.count(ino) != 0}); !st.ok()) {
+    // setfattr only prints strerror: the reason goes to the events and log.
+    events_->Append({{"event", "error"}, {"path", PathOfLocked(ino)}, {"error", st.message()}});
+    return st;
+  }
   if (name == kLatestLinkXattr && (!inode->is_dir() || (value != "on" && value != "off"))) {
     return Status::Error(EINVAL, std::string(kLatestLinkXattr) + " takes on or off, on a run directory");
   }
@@ -163,6 +193,9 @@ Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (IsStepXattrName(name)) return Status::Error(EPERM, name + " is maintained by ckptfs");
+  if (inode->rec.sealed) {
+    return Status::Error(EROFS, "file belongs to a committed step: its contents and xattrs are read-only");
+  }
   if (!inode->xattrs.erase(name)) return Status::Error(ENODATA, name + " does not exist");
   inode->rec.ctime = clock_->Now();
   ManifestBatch batch;

@@ -16,14 +16,14 @@ namespace {
 bool WantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 }  // namespace
 
-Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_t pid) {
+Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_t pid, const Caller* who) {
   if (IsFullIno(ino)) return OpenFull(ino, flags);
   std::unique_lock<std::mutex> lock(mu_);
   if (ino == kStatusFileIno || ino == kEventsFileIno || ino == kMetricsFileIno) {
     if (WantsWrite(flags)) return Status::Error(EROFS, "ckptfs control files are read-only");
     auto fh = std::make_unique<FileHandle>();
     fh->ino = ino;
-    fh->content = RenderControlFile(ino);
+    fh->content = RenderControlFile(ino, who);
     return Opened{fh.release(), false, true};
   }
   if (IsVirtual(ino)) return Status::Error(EISDIR, "not a regular file");

@@ -1,11 +1,20 @@
 // Entries that are not in the manifest: the read-only control directory
 // /.ckptfs (status.json, events), each run directory's `latest` symlink, and
-// the read-only step xattrs. They have short (zero) cache timeouts because
+// the read-only step xattrs. status.json and events are filtered per
+// caller (docs/operations.md, "Who sees what"): a user who could not look a
+// step's path up through the mount does not learn it from them either. They have short (zero) cache timeouts because
 // they change without the kernel's involvement.
+#include <unistd.h>
+
 #include <algorithm>
+#include <set>
+#include <sstream>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "control/status_report.h"
+#include "namespace/access_check.h"
 #include "namespace/filesystem.h"
 
 namespace ckptfs {
@@ -53,6 +62,12 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
     if (step == 0) return Status::Error(ENOENT, "no committed step");
     Inode* target = Find(step);
     st.st_mode = S_IFLNK | 0444;
+    // Owned as its run directory is, so `chown -R` of the run leaves no
+    // root-owned entry behind (the link itself cannot be changed).
+    if (Inode* run = Find(ino & ~kLatestBit)) {
+      st.st_uid = run->rec.uid;
+      st.st_gid = run->rec.gid;
+    }
     st.st_size = static_cast<off_t>(target->name.size());
     st.st_mtim = st.st_ctim = steps_.at(step).committed_at;
   } else {
@@ -69,11 +84,67 @@ std::pair<uint64_t, uint64_t> FileSystem::CurrentSize(uint64_t step_ino) {
   return {bytes, files.size()};
 }
 
-std::string FileSystem::RenderControlFile(uint64_t ino) {
-  if (ino == kEventsFileIno) return events_->Render();
+bool FileSystem::SeesEverything(const Caller* who) const {
+  return who == nullptr || who->uid == 0 || who->uid == options_.owner_uid;
+}
+
+bool FileSystem::MayLookUpLocked(uint64_t ino, const Caller& who) {
+  const Credentials cred{who.uid, who.gid, who.groups};
+  Inode* inode = Find(ino);
+  if (!inode) return false;
+  for (uint64_t dir = inode->rec.parent; ; ) {
+    Inode* d = Find(dir);
+    if (!d || !MayAccess(d->rec, cred, X_OK)) return false;
+    if (dir == kRootIno) return true;
+    dir = d->rec.parent;
+  }
+}
+
+bool FileSystem::MayLookUpPathLocked(const std::string& path, const Caller& who) {
+  const Credentials cred{who.uid, who.gid, who.groups};
+  Inode* dir = Find(kRootIno);
+  size_t start = 0;
+  for (;;) {
+    if (!dir || !dir->is_dir() || !MayAccess(dir->rec, cred, X_OK)) return false;
+    const size_t slash = path.find('/', start);
+    if (slash == std::string::npos) return true;  // the last name: may be gone
+    auto child = dir->children.find(path.substr(start, slash - start));
+    if (child == dir->children.end()) return false;  // cannot tell: hide it
+    dir = Find(child->second.ino);
+    start = slash + 1;
+  }
+}
+
+// Events are filtered line by line: one that names a path is shown when the
+// caller could look that path up; one that names none is shown only when
+// its kind says nothing about paths (remote errors quote object keys).
+std::string FileSystem::RenderEventsFor(const Caller& who) {
+  static const std::set<std::string> kPathFree = {"mount", "unmount", "remote_ok", "import_done"};
+  std::string out;
+  std::istringstream lines(events_->Render());
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_discarded() || !e.is_object()) continue;
+    bool show;
+    if (e.contains("path") && e["path"].is_string()) {
+      show = MayLookUpPathLocked(e["path"].get<std::string>(), who);
+    } else {
+      show = kPathFree.count(e.value("event", "")) != 0;
+    }
+    if (show) out += line + "\n";
+  }
+  return out;
+}
+
+std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
+  const bool everything = SeesEverything(who);
+  if (ino == kEventsFileIno) return everything ? events_->Render() : RenderEventsFor(*who);
   if (ino == kMetricsFileIno) return RenderMetricsLocked();
   std::vector<StatusStep> steps;
   for (const auto& [step_ino, rec] : steps_) {
+    // Steps inside directories the caller may not search stay unknown to it.
+    if (!everything && !MayLookUpLocked(step_ino, *who)) continue;
     StatusStep s{PathOfLocked(step_ino), rec};
     if (rec.state != StepState::kCommitted) {
       // Not frozen yet: what is there now, as the step's xattrs show it.
@@ -95,6 +166,8 @@ std::string FileSystem::RenderControlFile(uint64_t ino) {
     info.cache_bytes_free = space->blocks_avail * space->block_size;
   }
   if (tier_) tier_->AddStatus(&info.extra);
+  // The remote's last error quotes object keys, that is paths.
+  if (!everything && info.extra.contains("remote")) info.extra["remote"]["last_error"] = nullptr;
   return RenderStatusJson(info, steps);
 }
 

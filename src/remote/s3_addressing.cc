@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "remote/object_store.h"
@@ -24,10 +25,21 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 }
 
 Status BadEndpoint(std::string_view endpoint, const std::string& why) {
-  return Status::Error(EINVAL, "invalid S3 endpoint \"" + std::string(endpoint) + "\": " + why);
+  return Status::Error(EINVAL, "invalid S3 endpoint \"" + RedactUrlUserinfo(endpoint) + "\": " + why);
 }
 
 }  // namespace
+
+std::string RedactUrlUserinfo(std::string_view url) {
+  const size_t sep = url.find("://");
+  const size_t start = sep == std::string_view::npos ? 0 : sep + 3;
+  // The authority ends at the first '/', '?' or '#'; userinfo is what comes
+  // before its last '@' (a password may itself contain '@').
+  const size_t end = std::min(url.find_first_of("/?#", start), url.size());
+  const size_t at = url.substr(0, end).rfind('@');
+  if (at == std::string_view::npos || at < start) return std::string(url);
+  return std::string(url.substr(0, start)) + "***" + std::string(url.substr(at));
+}
 
 Status ValidateBucketName(std::string_view bucket) {
   auto bad = [&](const std::string& why) {

@@ -47,6 +47,11 @@ Status ValidateBucketName(std::string_view bucket);
 // trailing '/'). EINVAL otherwise.
 Status ValidateS3Prefix(std::string_view prefix);
 
+// url with the user information of its authority ("user:password@")
+// replaced by "***@", for messages: a refused endpoint must not echo the
+// secret it carried. Anything else is returned unchanged.
+std::string RedactUrlUserinfo(std::string_view url);
+
 // Decoded query parameters, in the order they go into the URL.
 using S3Query = std::vector<std::pair<std::string, std::string>>;
 

@@ -172,6 +172,22 @@ TEST(S3AddressingTest, BadEndpointsAndRegions) {
   EXPECT_EQ(S3Endpoint::Make("", "us-east-1.evil.com/", "bkt", S3Addressing::kAuto).err(), EINVAL);
 }
 
+TEST(S3AddressingTest, RefusedEndpointDoesNotEchoItsPassword) {
+  Result<S3Endpoint> ep =
+      S3Endpoint::Make("http://alice:pa55@word@127.0.0.1:9000", "us-east-1", "bkt", S3Addressing::kAuto);
+  EXPECT_EQ(ep.err(), EINVAL);
+  EXPECT_NE(ep.status().message().find("http://***@127.0.0.1:9000"), std::string::npos) << ep.status().message();
+  EXPECT_EQ(ep.status().message().find("pa55"), std::string::npos) << ep.status().message();
+  EXPECT_EQ(ep.status().message().find("alice"), std::string::npos) << ep.status().message();
+}
+
+TEST(S3AddressingTest, RedactUrlUserinfo) {
+  EXPECT_EQ(RedactUrlUserinfo("https://u:p@host:9000/x"), "https://***@host:9000/x");
+  EXPECT_EQ(RedactUrlUserinfo("u:p@host"), "***@host");
+  EXPECT_EQ(RedactUrlUserinfo("http://host/path@x"), "http://host/path@x");  // '@' past the authority
+  EXPECT_EQ(RedactUrlUserinfo("s3://bucket/prefix"), "s3://bucket/prefix");
+}
+
 TEST(S3AddressingTest, KeyEncodingFollowsSigV4ForS3) {
   EXPECT_EQ(EncodeS3Key("plain/Key-1.2_3~"), "plain/Key-1.2_3~");
   EXPECT_EQ(EncodeS3Key("a b+c=d;e,f:g@h$i!j'k(l)m*n"),

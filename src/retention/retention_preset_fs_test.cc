@@ -126,10 +126,13 @@ TEST(RetentionPresetFsTest, BadPresetsAndMixesAreRefusedWithEinval) {
   // Replacing the preset is no mix.
   EXPECT_TRUE(fs.SetXattr(run, "user.ckptfs.retention", "hf:save_total_limit=3", 0).ok());
 
-  // Presets belong on run directories, not on files.
+  // Presets belong on run directories, not on files; a committed file's
+  // xattrs are frozen with its contents (issue 15).
+  const uint64_t notes = WriteFile(fs, run, "notes", "x");
+  EXPECT_EQ(fs.SetXattr(notes, "user.ckptfs.retention", "hf:save_total_limit=3", 0).err(), EINVAL);
   const uint64_t step = CommitStep(env, run, "checkpoint-1");
   const uint64_t file = fs.Lookup(step, "shard")->ino;
-  EXPECT_EQ(fs.SetXattr(file, "user.ckptfs.retention", "hf:save_total_limit=3", 0).err(), EINVAL);
+  EXPECT_EQ(fs.SetXattr(file, "user.ckptfs.retention", "hf:save_total_limit=3", 0).err(), EROFS);
 }
 
 TEST(RetentionPresetFsTest, PresetSurvivesARestart) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "remote/aws_credentials.h"
+#include "remote/s3_addressing.h"
 #include "remote/s3_object_store.h"
 
 namespace ckptfs {
@@ -34,15 +35,17 @@ Status ValidateRemoteSpec(const RemoteSpec& spec) {
   }
   if (StartsWith(spec.url, kS3Scheme)) {
     auto loc = ParseS3Url(spec.url);
-    if (!loc.ok()) return Status::Error(EINVAL, "--remote " + spec.url + ": " + loc.status().message());
+    if (!loc.ok()) {
+      return Status::Error(EINVAL, "--remote " + RedactUrlUserinfo(spec.url) + ": " + loc.status().message());
+    }
     if (!spec.s3_endpoint.empty() && !StartsWith(spec.s3_endpoint, "http://") &&
         !StartsWith(spec.s3_endpoint, "https://")) {
       return Status::Error(EINVAL, "--s3-endpoint takes http://HOST[:PORT] or https://HOST[:PORT], not '" +
-                                       spec.s3_endpoint + "'");
+                                       RedactUrlUserinfo(spec.s3_endpoint) + "'");
     }
     return Status::Ok();
   }
-  return Status::Error(EINVAL, "--remote takes s3://BUCKET/PREFIX or file:///DIR, not '" + spec.url + "'");
+  return Status::Error(EINVAL, "--remote takes s3://BUCKET/PREFIX or file:///DIR, not '" + RedactUrlUserinfo(spec.url) + "'");
 }
 
 Result<std::unique_ptr<ObjectStore>> OpenRemote(const RemoteSpec& spec) {

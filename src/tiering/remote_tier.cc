@@ -58,15 +58,16 @@ void RemoteTier::Start() {
 void RemoteTier::NoteRemoteResult(const Status& st, const char* what) {
   std::lock_guard<std::mutex> lock(mu_);
   if (st.ok()) {
-    if (!healthy_) {
-      healthy_ = true;
+    healthy_ = true;
+    if (error_events_.OnSuccess()) {
       events_->Append({{"event", "remote_ok"}, {"remote", store_->Describe()}});
     }
     return;
   }
   const std::string message = std::string(what) + ": " + st.ToString();
-  // One event per change of health or of the error, not one per retry.
-  if (healthy_ || message != last_error_) {
+  // One event per distinct error (remote_error_events.h), not one per file
+  // and retry; status.json and the metrics see every failure.
+  if (error_events_.OnFailure(RemoteErrorEvents::Signature(what, st.err()), clock_.MonotonicNanos())) {
     events_->Append({{"event", "remote_error"}, {"remote", store_->Describe()}, {"error", message}});
   }
   healthy_ = false;
@@ -319,6 +320,12 @@ void RemoteTier::AddMetrics(PrometheusWriter* w) {
   one("ckptfs_upload_bytes_total", "counter", "Bytes uploaded (files whose upload finished).",
       static_cast<double>(bytes_uploaded_));
   one("ckptfs_uploaded_files_total", "counter", "Files uploaded.", static_cast<double>(files_uploaded_));
+  one("ckptfs_remote_request_failures_total", "counter",
+      "Requests to the remote that failed (each distinct error is one remote_error event).",
+      static_cast<double>(error_events_.failures()));
+  one("ckptfs_remote_error_events_suppressed_total", "counter",
+      "Remote failures not reported as an event: the same error was reported in the last minute.",
+      static_cast<double>(error_events_.suppressed()));
   one("ckptfs_upload_failures_total", "counter", "File uploads that failed (each is tried again).",
       static_cast<double>(upload_failures_));
   one("ckptfs_upload_checksum_mismatches_total", "counter",

@@ -39,6 +39,7 @@
 #include "namespace/filesystem.h"
 #include "namespace/tier_hooks.h"
 #include "remote/object_store.h"
+#include "tiering/remote_error_events.h"
 
 namespace ckptfs {
 
@@ -164,6 +165,7 @@ class RemoteTier : public TierHooks {
   std::string last_error_;                          // GUARDED_BY(mu_)
   double last_error_at_ = 0;                        // GUARDED_BY(mu_)
   bool healthy_ = true;                             // GUARDED_BY(mu_)
+  RemoteErrorEvents error_events_;                  // GUARDED_BY(mu_)
   uint64_t bytes_uploaded_ = 0;                     // GUARDED_BY(mu_)
   RateMeter upload_rate_;                           // GUARDED_BY(mu_) of bytes_uploaded_
   uint64_t bytes_in_flight_ = 0;                    // GUARDED_BY(mu_)

@@ -1,0 +1,103 @@
+// `ckptfs mount`'s refusals that need no mount (issue 15): an empty --cache,
+// a non-empty mountpoint, a writer socket path holding something else, and
+// the cache directory's protection.
+#include "cli/mount_options.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <vector>
+
+#include "cli/cache_dir.h"
+#include "common/temp_dir_for_test.h"
+
+namespace ckptfs {
+namespace {
+
+Result<MountOptions> Parse(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return ParseMountArgs(static_cast<int>(argv.size()), argv.data());
+}
+
+// A mountpoint and a cache directory under a temporary directory.
+struct Targets {
+  TempDirForTest tmp;
+  std::string mnt = tmp.path() + "/mnt";
+  std::string cache = tmp.path() + "/cache";
+  Targets() {
+    EXPECT_EQ(mkdir(mnt.c_str(), 0755), 0);
+    EXPECT_EQ(mkdir(cache.c_str(), 0755), 0);
+  }
+};
+
+TEST(MountOptionsTest, EmptyCacheValueIsRefused) {
+  auto o = Parse({"mount", "/mnt", "--cache", ""});
+  EXPECT_EQ(o.err(), EINVAL);
+  EXPECT_NE(o.status().message().find("--cache takes a directory"), std::string::npos);
+}
+
+TEST(MountOptionsTest, NonEmptyMountpointNeedsNonempty) {
+  Targets t;
+  std::ofstream(t.mnt + "/left-over") << "x";
+  auto o = Parse({"mount", t.mnt, "--cache", t.cache});
+  ASSERT_TRUE(o.ok());
+  Status st = CheckMountTargets(&*o);
+  EXPECT_EQ(st.err(), ENOTEMPTY);
+  EXPECT_NE(st.message().find("left-over"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--nonempty"), std::string::npos) << st.message();
+  auto forced = Parse({"mount", t.mnt, "--cache", t.cache, "--nonempty"});
+  ASSERT_TRUE(forced.ok());
+  EXPECT_TRUE(CheckMountTargets(&*forced).ok());
+}
+
+TEST(MountOptionsTest, WriterSocketPathHoldingAFileIsRefused) {
+  Targets t;
+  const std::string file = t.tmp.path() + "/notes.txt";
+  std::ofstream(file) << "keep me";
+  auto o = Parse({"mount", t.mnt, "--cache", t.cache, "--writer-socket", file});
+  ASSERT_TRUE(o.ok());
+  Status st = CheckMountTargets(&*o);
+  EXPECT_EQ(st.err(), EEXIST);
+  EXPECT_NE(st.message().find("is not a socket"), std::string::npos) << st.message();
+  EXPECT_EQ(access(file.c_str(), F_OK), 0);
+}
+
+TEST(MountOptionsTest, CacheDirectoryIsMadePrivateAndSaysSo) {
+  Targets t;
+  ASSERT_EQ(mkdir((t.cache + "/manifest").c_str(), 0755), 0);  // as an older version left it
+  auto o = Parse({"mount", t.mnt, "--cache", t.cache});
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE(CheckMountTargets(&*o).ok());
+  struct stat st {};
+  ASSERT_EQ(stat(t.cache.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, kCacheDirMode);
+  ASSERT_EQ(stat((t.cache + "/manifest").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(o->notices.size(), 2u);
+  EXPECT_NE(o->notices[0].find("was mode 0755; now 0711"), std::string::npos) << o->notices[0];
+  // Nothing to change the second time.
+  std::vector<std::string> notes;
+  EXPECT_TRUE(SecureCacheDir(o->cache_dir, &notes).ok());
+  EXPECT_TRUE(notes.empty());
+}
+
+TEST(MountOptionsTest, CacheDirectoryOfAnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give the directory away";
+  Targets t;
+  ASSERT_EQ(chown(t.cache.c_str(), 65534, 65534), 0);
+  std::vector<std::string> notes;
+  Status st = SecureCacheDir(t.cache, &notes);
+  EXPECT_EQ(st.err(), EPERM);
+  EXPECT_NE(st.message().find("belongs to uid 65534"), std::string::npos) << st.message();
+  struct stat s {};
+  ASSERT_EQ(stat(t.cache.c_str(), &s), 0);
+  EXPECT_EQ(s.st_mode & 07777, 0755u);  // left as it was
+}
+
+}  // namespace
+}  // namespace ckptfs
