@@ -95,6 +95,18 @@ std::string FileSystem::RenderControlFile(uint64_t ino) {
     info.cache_bytes_free = space->blocks_avail * space->block_size;
   }
   if (tier_) tier_->AddStatus(&info.extra);
+  // Whether metadata changes are being recorded: "error" means the mount is
+  // read-only until the manifest can be written again (a full cache disk).
+  nlohmann::json manifest = {{"state", manifest_error_.ok() ? "ok" : "error"},
+                             {"metadata_reserve_bytes", reserve_->reserve_bytes()}};
+  if (!manifest_error_.ok()) {
+    manifest["error"] = manifest_error_.message();
+    manifest["errno"] = manifest_error_.err() == ENOSPC ? "ENOSPC" : "EIO";
+    manifest["since_s"] = static_cast<double>(clock_->MonotonicNanos() - manifest_error_since_ns_) / 1e9;
+    manifest["pending_batches"] = manifest_pending_batches_;
+    manifest["needs_remount"] = manifest_diverged_;
+  }
+  info.extra["manifest"] = std::move(manifest);
   return RenderStatusJson(info, steps);
 }
 
