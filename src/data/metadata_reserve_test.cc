@@ -17,7 +17,8 @@ TEST(MetadataReserveTest, RefusesDataThatWouldEatIntoTheReserve) {
   data.OccupyBytes(900 * kMiB);  // 124 MiB free
   EXPECT_TRUE(reserve.Admit(50 * kMiB).ok());
   EXPECT_EQ(reserve.reserve_bytes(), 64 * kMiB);  // 1% of 1 GiB is less
-  // 74 MiB free by the estimate: 20 more would leave 54 < 64.
+  data.OccupyBytes(950 * kMiB);                    // the 50 MiB landed
+  // 74 MiB free: 20 more would leave 54 < 64.
   Status st = reserve.Admit(20 * kMiB);
   EXPECT_EQ(st.err(), ENOSPC) << st.ToString();
   // Metadata-sized requests near the limit are still fine.

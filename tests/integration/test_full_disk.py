@@ -112,9 +112,11 @@ def daemon_alive(m):
     return m.status()
 
 
-def metadata_until_error(m, tries=2000):
-    """Manifest writes (mkdir with a 3 KiB xattr) until one fails; its errno."""
-    value = b"v" * 3000
+def metadata_until_error(m, tries=3000):
+    """Manifest writes (mkdir with a 32 KiB xattr) until one fails; its errno.
+    Large values get past RocksDB's preallocated WAL and its 16 MiB memtable,
+    whose flush then needs room the disk no longer has."""
+    value = b"v" * (32 << 10)
     for i in range(tries):
         try:
             d = m.path(f"meta{i}")
@@ -148,7 +150,7 @@ def test_data_full_refuses_data_but_metadata_and_commits_go_on(full_mount):
     free = os.statvfs(m.cache)
     assert free.f_bavail * free.f_frsize >= 12 << 20
     with pytest.raises(OSError) as e:
-        write_file(m.path("run", "new.bin"), b"x")
+        write_file(m.path("run", "new.bin"), b"x" * (2 << 20))
     assert e.value.errno == errno.ENOSPC
     # Metadata is what the reserve keeps room for.
     os.mkdir(m.path("run", "step200"))
