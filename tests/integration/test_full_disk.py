@@ -108,7 +108,7 @@ def fill_outside(cache):
 
 
 def daemon_alive(m):
-    assert m.mounted()
+    assert m.mounted
     return m.status()
 
 
