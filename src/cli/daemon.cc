@@ -36,6 +36,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
     if (manifest.err() == EBUSY) {
       return Status::Error(EBUSY, "cache " + options.cache_dir + " is in use by another ckptfs daemon");
     }
+    if (manifest.err() == ENOSPC) {
+      // Opening replays the WAL into new files; nothing is lost meanwhile.
+      return Status::Error(ENOSPC, "the cache filesystem of " + options.cache_dir +
+                                       " is full: free space on it and mount again (" +
+                                       manifest.status().message() + ")");
+    }
     return manifest.status().Annotate("opening the manifest");
   }
   auto data = OpenPosixDataStore(options.cache_dir + "/data");

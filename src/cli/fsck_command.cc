@@ -142,8 +142,21 @@ int FsckCommand(int argc, char** argv) {
   // Opening takes RocksDB's LOCK, which a mounted daemon holds for as long as
   // it runs; holding it here also keeps a mount from starting meanwhile.
   auto manifest = RocksDbManifestStore::Open(dir + "/manifest");
+  if (!manifest.ok() && manifest.err() == ENOSPC && !repair) {
+    // Opening for writing replays the WAL into new files, which a full disk
+    // refuses; checking needs no writes.
+    std::fprintf(stderr,
+                 "ckptfs fsck: warning: the cache filesystem is full (%s); checking the manifest "
+                 "read-only (free space to mount or repair)\n",
+                 manifest.status().message().c_str());
+    manifest = RocksDbManifestStore::OpenReadOnly(dir + "/manifest");
+  }
   if (!manifest.ok()) {
     if (manifest.err() == EBUSY) return Operational(DescribeCacheInUse(dir));
+    if (manifest.err() == ENOSPC) {
+      return Operational("cannot open the manifest: the cache filesystem is full (" +
+                         manifest.status().message() + "); free space on it first");
+    }
     return Operational("cannot open the manifest: " + manifest.status().message());
   }
   auto data = PosixDataStore::OpenDir(dir + "/data");

@@ -23,6 +23,10 @@ const char* const kMountUsage =
     "\n"
     "  --cache DIR            local cache: manifest and file data (default /var/lib/ckptfs;\n"
     "                         a directory given here must exist)\n"
+    "  --metadata-reserve SIZE|PCT%  free space on the cache filesystem kept for the\n"
+    "                         manifest: file data gets ENOSPC below it, so mkdir, xattrs and\n"
+    "                         commits still work on a full disk (default: 64M or 1%, the\n"
+    "                         larger; 0 = off)\n"
     "  -f, --foreground       stay attached instead of running in the background\n"
     "  --step-pattern REGEX   checkpoint directory names; one capture group = step number\n"
     "                         (default: step100, step-100, step_100, ckpt_100,\n"
@@ -158,11 +162,31 @@ Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text)
   return static_cast<uint64_t>(bytes);
 }
 
+Result<MetadataReserveSpec> ParseMetadataReserve(const std::string& text) {
+  // One number, not the default's "larger of two": an operator who names a
+  // size or a share means exactly that.
+  if (text == "0") return MetadataReserveSpec{0, 0};
+  if (!text.empty() && text.back() == '%') {
+    char* end = nullptr;
+    errno = 0;
+    const std::string number = text.substr(0, text.size() - 1);
+    const double pct = std::strtod(number.c_str(), &end);
+    if (errno != 0 || number.empty() || *end != '\0' || !std::isfinite(pct) || pct < 0 || pct > 50) {
+      return Status::Error(EINVAL, "--metadata-reserve takes a size such as 256M or a share of the "
+                                   "cache filesystem from 0% to 50%, not '" + text + "'");
+    }
+    return MetadataReserveSpec{0, pct};
+  }
+  auto bytes = ParseByteSize("--metadata-reserve", text);
+  if (!bytes.ok()) return bytes.status();
+  return MetadataReserveSpec{*bytes, 0};
+}
+
 Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
     kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
-    kShowLatest, kCommitSettle, kNonEmpty,
+    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -190,6 +214,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"log-level", required_argument, nullptr, kLogLevel},
       {"show-full", no_argument, nullptr, kShowFull},
       {"show-latest", no_argument, nullptr, kShowLatest},
+      {"metadata-reserve", required_argument, nullptr, kMetadataReserve},
       {"commit-settle", required_argument, nullptr, kCommitSettle},
       {"nonempty", no_argument, nullptr, kNonEmpty},
       {"help", no_argument, nullptr, 'h'},
@@ -230,6 +255,12 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       case kShowLatest:
         o.fs.show_latest = true;
         break;
+      case kMetadataReserve: {
+        auto spec = ParseMetadataReserve(optarg);
+        if (!spec.ok()) return spec.status();
+        o.fs.metadata_reserve = *spec;
+        break;
+      }
       case kCommitSettle: {
         if (std::string(optarg) == "0") {
           o.fs.commit_settle_ns = 0;

@@ -42,6 +42,9 @@ struct MountOptions {
 // "100G", "512MiB", "1.5T", "4096": binary units (K = 1024).
 Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text);
 
+// --metadata-reserve: "0" (off), "N%" of the cache filesystem, or a size.
+Result<MetadataReserveSpec> ParseMetadataReserve(const std::string& text);
+
 // argv[0] is "mount". EINVAL with a message for anything unknown or malformed.
 Result<MountOptions> ParseMountArgs(int argc, char** argv);
 

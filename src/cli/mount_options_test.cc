@@ -99,5 +99,38 @@ TEST(MountOptionsTest, CacheDirectoryOfAnotherUserIsRefused) {
   EXPECT_EQ(s.st_mode & 07777, 0755u);  // left as it was
 }
 
+
+Result<MountOptions> ParseMount(std::vector<std::string> args) {
+  args.insert(args.begin(), "mount");
+  return Parse(std::move(args));
+}
+
+TEST(MountOptionsTest, MetadataReserveTakesASizeAShareOrZero) {
+  auto def = ParseMount({"/m"});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->fs.metadata_reserve.min_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(def->fs.metadata_reserve.percent, 1.0);
+
+  auto size = ParseMount({"/m", "--metadata-reserve", "256M"});
+  ASSERT_TRUE(size.ok()) << size.status().ToString();
+  EXPECT_EQ(size->fs.metadata_reserve.min_bytes, uint64_t{256} << 20);
+  EXPECT_EQ(size->fs.metadata_reserve.percent, 0.0);
+
+  auto pct = ParseMount({"/m", "--metadata-reserve", "2.5%"});
+  ASSERT_TRUE(pct.ok()) << pct.status().ToString();
+  EXPECT_EQ(pct->fs.metadata_reserve.min_bytes, 0u);
+  EXPECT_EQ(pct->fs.metadata_reserve.percent, 2.5);
+
+  auto off = ParseMount({"/m", "--metadata-reserve", "0"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->fs.metadata_reserve.min_bytes, 0u);
+  EXPECT_EQ(off->fs.metadata_reserve.percent, 0.0);
+
+  for (const char* bad : {"", "%", "60%", "-1%", "lots", "12Q"}) {
+    auto r = ParseMount({"/m", "--metadata-reserve", bad});
+    EXPECT_EQ(r.err(), EINVAL) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs

@@ -115,6 +115,17 @@ std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
     }
     out << "\n";
   }
+  // Only when something is wrong: a healthy manifest is the normal case.
+  if (status.contains("manifest") && status["manifest"].is_object() &&
+      status["manifest"].value("state", "ok") != "ok") {
+    const auto& manifest = status["manifest"];
+    out << "manifest: FAILING, read-only (" << manifest.value("errno", "?") << "): "
+        << manifest.value("error", "?") << "\n";
+    out << "  " << (manifest.value("needs_remount", false)
+                         ? "remount once space is freed"
+                         : "free space on the cache filesystem; writes resume by themselves")
+        << "\n";
+  }
   if (status.contains("remote") && status["remote"].is_object()) {
     const auto& remote = status["remote"];
     out << "remote: " << remote.value("url", "?") << ", ";

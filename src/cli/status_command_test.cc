@@ -88,5 +88,17 @@ TEST(StatusCommandTest, EmptyMount) {
   EXPECT_NE(RenderStatusTable(status, 0).find("no checkpoint steps yet"), std::string::npos);
 }
 
+TEST(StatusCommandTest, AFailingManifestShowsAndAHealthyOneDoesNot) {
+  auto status = nlohmann::json::parse(
+      R"({"version": "0.1.0", "pid": 1, "mountpoint": "/m", "steps": [],
+          "manifest": {"state": "error", "errno": "ENOSPC", "error": "No space left on device"}})");
+  const std::string table = RenderStatusTable(status, 0);
+  EXPECT_NE(table.find("manifest: FAILING, read-only (ENOSPC): No space left on device"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("writes resume by themselves"), std::string::npos) << table;
+  status["manifest"] = {{"state", "ok"}};
+  EXPECT_EQ(RenderStatusTable(status, 0).find("manifest"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ckptfs

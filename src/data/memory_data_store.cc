@@ -98,10 +98,11 @@ Result<std::vector<uint64_t>> MemoryDataStore::List() {
 Result<DataStore::Space> MemoryDataStore::Capacity() {
   Space space;
   space.block_size = 4096;
-  space.blocks = (uint64_t{1} << 40) / space.block_size;
   uint64_t used = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    space.blocks = device_bytes_ / space.block_size;
+    used = (occupied_bytes_ + space.block_size - 1) / space.block_size;
     for (const auto& entry : files_) {
       std::lock_guard<std::mutex> file_lock(entry.second->mu);
       used += (entry.second->current.size() + space.block_size - 1) / space.block_size;
@@ -110,6 +111,16 @@ Result<DataStore::Space> MemoryDataStore::Capacity() {
   space.blocks_free = space.blocks - std::min(used, space.blocks);
   space.blocks_avail = space.blocks_free;
   return space;
+}
+
+void MemoryDataStore::SetDeviceBytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  device_bytes_ = bytes;
+}
+
+void MemoryDataStore::OccupyBytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  occupied_bytes_ = bytes;
 }
 
 void MemoryDataStore::SimulateCrash() {

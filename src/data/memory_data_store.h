@@ -44,8 +44,13 @@ class MemoryDataStore final : public DataStore {
   Status Remove(uint64_t ino) override;
   Status SyncDir() override;
   Result<std::vector<uint64_t>> List() override;
-  // A fixed 1 TiB device; free space shrinks by what the files hold.
+  // A 1 TiB device unless SetDeviceBytes says otherwise; free space shrinks
+  // by what the files hold and by what OccupyBytes takes.
   Result<Space> Capacity() override;
+  // For tests of a full disk: the device's size, and bytes taken by
+  // something other than the backing files (another program's data).
+  void SetDeviceBytes(uint64_t bytes);
+  void OccupyBytes(uint64_t bytes);
 
   void SimulateCrash();
 
@@ -56,6 +61,8 @@ class MemoryDataStore final : public DataStore {
   mutable std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<File>> files_;    // GUARDED_BY(mu_): visible names
   std::map<uint64_t, std::shared_ptr<File>> durable_;  // GUARDED_BY(mu_): names as of SyncDir
+  uint64_t device_bytes_ = uint64_t{1} << 40;          // GUARDED_BY(mu_)
+  uint64_t occupied_bytes_ = 0;                        // GUARDED_BY(mu_)
 };
 
 }  // namespace ckptfs

@@ -171,6 +171,9 @@ void CommitCoordinator::IdleLoop() {
     stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });
     if (stopping_) return;
     lock.unlock();
+    // A manifest that failed to take a write (full disk) is retried here
+    // too, so writes resume once space is freed even if nobody writes.
+    fs_->RetryManifest();
     fs_->RequestIdleCommits();
     fs_->RequestSettledCommits();
     // Data of removed steps is deleted here, in the background, a bounded

@@ -1,16 +1,24 @@
 // RocksDB behind the ManifestStore seam; see rocksdb_manifest_store.h.
 #include "manifest/rocksdb_manifest_store.h"
 
+#include <fcntl.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <filesystem>
+#include <mutex>
 
 namespace ckptfs {
 
@@ -73,8 +81,50 @@ Status BadSpace(KeySpace space) {
   return Status::Error(EINVAL, "no manifest key space " + std::to_string(static_cast<int>(space)));
 }
 
-rocksdb::DBOptions MakeDbOptions() {
+// RocksDB's own info LOG, written with plain write(2) whose errors are
+// ignored. RocksDB 7.8's file logger goes through a WritableFileWriter that,
+// after one failed append (ENOSPC on a full cache disk), fails an assert on
+// the next line it logs: in Debian's build, asserts are on, so the daemon
+// (and every later open of the manifest, which logs first thing) aborted.
+// A lost log line costs nothing; the file is cut back to empty past kMaxBytes
+// so it cannot fill the disk either.
+class ManifestInfoLog final : public rocksdb::Logger {
+ public:
+  static constexpr off_t kMaxBytes = 8 << 20;
+
+  explicit ManifestInfoLog(const std::string& path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL),
+        fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) {
+    struct stat st{};
+    if (fd_ >= 0 && ::fstat(fd_, &st) == 0) size_ = st.st_size;
+  }
+  ~ManifestInfoLog() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    if (fd_ < 0) return;
+    char line[1024];
+    const int n = std::vsnprintf(line, sizeof(line) - 1, format, ap);
+    if (n < 0) return;
+    size_t len = std::min(static_cast<size_t>(n), sizeof(line) - 2);
+    line[len++] = '\n';
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size_ + static_cast<off_t>(len) > kMaxBytes && ::ftruncate(fd_, 0) == 0) size_ = 0;
+    const ssize_t w = ::write(fd_, line, len);
+    if (w > 0) size_ += w;
+  }
+
+ private:
+  const int fd_;
+  std::mutex mu_;
+  off_t size_ = 0;  // GUARDED_BY(mu_)
+};
+
+rocksdb::DBOptions MakeDbOptions(const std::string& dir) {
   rocksdb::DBOptions options;
+  options.info_log = std::make_shared<ManifestInfoLog>(dir + "/LOG");
   options.create_if_missing = true;
   options.create_missing_column_families = true;
   // The manifest is small; its info LOGs and WALs should not fill the cache
@@ -113,6 +163,11 @@ struct RocksDbManifestStore::Rep {
   // Every handle Open returned, including families a newer version may have
   // added that this one does not use; all must be destroyed before the DB.
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  // A write failed: RocksDB holds a background error and refuses writes
+  // until it recovers (by itself for ENOSPC, once its SstFileManager sees
+  // free space, or through Resume()).
+  std::atomic<bool> write_failed{false};
+  bool read_only = false;  // OpenReadOnly
 
   ~Rep() {
     if (!db) return;
@@ -129,13 +184,42 @@ struct RocksDbManifestStore::Rep {
   }
 };
 
+Result<std::unique_ptr<RocksDbManifestStore>> RocksDbManifestStore::OpenReadOnly(const std::string& dir) {
+  rocksdb::DBOptions db_options = MakeDbOptions(dir);
+  db_options.create_if_missing = false;
+  db_options.create_missing_column_families = false;
+  // Even the info LOG stays untouched: the disk may be full.
+  db_options.info_log = std::make_shared<ManifestInfoLog>("/dev/null");
+  const rocksdb::ColumnFamilyOptions cf_options = MakeColumnFamilyOptions();
+  std::vector<std::string> existing;
+  rocksdb::Status s = rocksdb::DB::ListColumnFamilies(db_options, dir, &existing);
+  if (!s.ok()) return ToStatus(s, "list the column families of manifest " + dir);
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (size_t i = 0; i < kSpaces; i++) {
+    const std::string name = ColumnFamilyName(static_cast<KeySpace>(i));
+    if (std::find(existing.begin(), existing.end(), name) == existing.end()) {
+      return Status::Error(EINVAL, "manifest " + dir + " has no key space " + name);
+    }
+    descriptors.emplace_back(name, cf_options);
+  }
+  auto rep = std::make_unique<Rep>();
+  rep->dir = dir;
+  rep->read_only = true;
+  rocksdb::DB* db = nullptr;
+  s = rocksdb::DB::OpenForReadOnly(db_options, dir, descriptors, &rep->handles, &db);
+  if (!s.ok()) return ToStatus(s, "open manifest " + dir + " read-only");
+  rep->db.reset(db);
+  for (size_t i = 0; i < kSpaces; i++) rep->spaces[i] = rep->handles[i];
+  return std::unique_ptr<RocksDbManifestStore>(new RocksDbManifestStore(std::move(rep)));
+}
+
 Result<std::unique_ptr<RocksDbManifestStore>> RocksDbManifestStore::Open(const std::string& dir) {
   // RocksDB creates the directory itself but not its parents.
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::FromErrno(ec.value(), "create manifest directory " + dir);
 
-  const rocksdb::DBOptions db_options = MakeDbOptions();
+  const rocksdb::DBOptions db_options = MakeDbOptions(dir);
   const rocksdb::ColumnFamilyOptions cf_options = MakeColumnFamilyOptions();
 
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
@@ -183,12 +267,20 @@ RocksDbManifestStore::RocksDbManifestStore(std::unique_ptr<Rep> rep) : rep_(std:
 RocksDbManifestStore::~RocksDbManifestStore() = default;
 
 Status RocksDbManifestStore::Write(const ManifestBatch& batch, bool sync) {
-  if (batch.empty()) {
-    if (!sync) return Status::Ok();
-    // Nothing to add, but the caller still wants every earlier batch durable.
-    return ToStatus(rep_->db->SyncWAL(), "sync manifest " + rep_->dir);
+  if (batch.empty() && !sync) return Status::Ok();
+  if (rep_->read_only) return Status::Error(EROFS, "manifest " + rep_->dir + " is open read-only");
+  if (rep_->write_failed.load()) {
+    // Resume() returns at once when RocksDB already recovered by itself and
+    // "busy" while its own recovery waits for space; either way the write
+    // below reports the background error if there still is one.
+    (void)rep_->db->Resume();
   }
   rocksdb::WriteBatch wb;
+  // An empty synced batch makes every earlier one durable. Not SyncWAL():
+  // on a WAL whose last append failed it trips the same assert as the
+  // info LOG (see ManifestInfoLog); a synced write goes through the error
+  // checks first. The log-data record changes no key.
+  if (batch.empty()) (void)wb.PutLogData("sync");
   for (const ManifestBatch::Op& op : batch.ops()) {
     rocksdb::ColumnFamilyHandle* cf = rep_->Family(op.space);
     if (cf == nullptr) return BadSpace(op.space);
@@ -197,7 +289,9 @@ Status RocksDbManifestStore::Write(const ManifestBatch& batch, bool sync) {
   }
   rocksdb::WriteOptions options;
   options.sync = sync;
-  return ToStatus(rep_->db->Write(options, &wb), "write manifest " + rep_->dir);
+  const rocksdb::Status s = rep_->db->Write(options, &wb);
+  rep_->write_failed.store(!s.ok());
+  return ToStatus(s, "write manifest " + rep_->dir);
 }
 
 Result<std::optional<std::string>> RocksDbManifestStore::Get(KeySpace space,

@@ -27,6 +27,10 @@ class RocksDbManifestStore final : public ManifestStore {
   // EBUSY when another
   // process, or another store in this process, has it open.
   static Result<std::unique_ptr<RocksDbManifestStore>> Open(const std::string& dir);
+  // Opens an existing database for reading only: nothing is written (no WAL
+  // replay into new files, no LOCK taken), so it works on a full disk;
+  // Write fails with EROFS. For fsck's checks when Open reports ENOSPC.
+  static Result<std::unique_ptr<RocksDbManifestStore>> OpenReadOnly(const std::string& dir);
 
   RocksDbManifestStore(const RocksDbManifestStore&) = delete;
   RocksDbManifestStore& operator=(const RocksDbManifestStore&) = delete;

@@ -25,6 +25,7 @@ FileSystem::FileSystem(FileSystemOptions options, StepPattern pattern,
       clock_(clock),
       events_(events),
       start_time_(clock->Now()),
+      reserve_(std::make_unique<MetadataReserve>(options_.metadata_reserve, data_.get(), clock)),
       full_views_(std::make_unique<FullViewCache>()) {}
 
 FileSystem::~FileSystem() {
@@ -34,7 +35,9 @@ FileSystem::~FileSystem() {
   for (auto& [ino, inode] : inodes_) {
     if (inode->dirty && inode->rec.nlink > 0) PutInode(*inode, &batch);
   }
-  if (!batch.empty() && bg_error_.ok()) (void)manifest_->Write(batch, true);
+  // A manifest that failed earlier gets one more try: its kept batches first.
+  if (!manifest_error_.ok() && !TryRecoverManifestLocked()) return;
+  if (!batch.empty()) (void)manifest_->Write(batch, true);
 }
 
 Result<std::unique_ptr<FileSystem>> FileSystem::Open(FileSystemOptions options,
@@ -115,15 +118,8 @@ Status FileSystem::CheckName(const std::string& name) const {
   return Status::Ok();
 }
 
-Status FileSystem::CheckHealthy() const {
-  if (!bg_error_.ok()) {
-    return Status::Error(EIO, "manifest write failed earlier; remount to recover: " + bg_error_.message());
-  }
-  return Status::Ok();
-}
-
 Status FileSystem::CheckWritableDir(Inode* dir) const {
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  CKPTFS_RETURN_IF_ERROR(const_cast<FileSystem*>(this)->CheckHealthy());
   uint64_t step = const_cast<FileSystem*>(this)->StepOf(dir->rec.ino);
   if (step != 0 && IsSealedStep(step)) {
     return Status::Error(EROFS, "step is committed or being deleted; its contents are read-only");
@@ -241,18 +237,6 @@ void FileSystem::MaybeEvict(uint64_t ino) {
       ino != kRootIno) {
     inodes_.erase(ino);
   }
-}
-
-Status FileSystem::Apply(const ManifestBatch& batch, bool sync) {
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-  if (batch.empty() && !sync) return Status::Ok();
-  Status st = manifest_->Write(batch, sync);
-  if (!st.ok()) {
-    bg_error_ = st;
-    events_->Append({{"event", "error"}, {"error", "manifest write failed: " + st.ToString()}});
-    return Status::Error(EIO, "manifest write failed: " + st.message());
-  }
-  return Status::Ok();
 }
 
 std::string FileSystem::PathOf(uint64_t ino) {

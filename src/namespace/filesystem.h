@@ -41,6 +41,7 @@
 #include "control/event_log.h"
 #include "control/metrics.h"
 #include "data/data_store.h"
+#include "data/metadata_reserve.h"
 #include "lifecycle/step_pattern.h"
 #include "manifest/manifest_store.h"
 #include "namespace/inode.h"
@@ -83,6 +84,9 @@ struct FileSystemOptions {
   // The daemon's user: like root, it sees every step and event in the
   // control files (it can read the cache directory anyway).
   uint32_t owner_uid = 0;
+  // Free space on the cache filesystem kept for the manifest: new file data
+  // gets ENOSPC below it (--metadata-reserve).
+  MetadataReserveSpec metadata_reserve;
   // Shown in status.json.
   std::string mountpoint;
   std::string cache_dir;
@@ -262,6 +266,21 @@ class FileSystem {
   std::string PathOf(uint64_t ino);
   // Hooks for tests: how many inodes are in memory, the first background error.
   size_t InodeCountForTest();
+  // Retries manifest batches kept after a write failure (the coordinator's
+  // idle loop calls it every second); true when the manifest is healthy.
+  bool RetryManifest();
+  // For status.json: "" when healthy, else the kept error.
+  struct ManifestHealth {
+    bool ok = true;
+    std::string error;
+    int err = 0;
+    size_t pending_batches = 0;
+    double since_s = 0;
+    bool needs_restart = false;
+  };
+  ManifestHealth ManifestHealthNow();
+  // Bytes kept free for the manifest (0 = off or unknown yet).
+  uint64_t MetadataReserveBytes() const { return reserve_ ? reserve_->reserve_bytes() : 0; }
 
   // Seam to the commit procedure; set once before serving requests.
   using CommitRequester = std::function<void(uint64_t step_ino)>;
@@ -562,7 +581,13 @@ class FileSystem {
   // (its data through the GC queue).
   void DropLink(Inode* inode, ManifestBatch* batch);
   void MaybeEvict(uint64_t ino);
-  Status Apply(const ManifestBatch& batch, bool sync);
+  // Writes a batch whose change the in-memory image already holds. When the
+  // manifest cannot be written (a full disk), the image stays as it is and
+  // the batch is kept: it is written, after every batch kept before it, once
+  // the manifest takes writes again (TryRecoverManifestLocked). The caller
+  // gets the store's errno either way (ENOSPC for a full disk).
+  // keep_on_failure = false: the caller undoes its change itself.
+  Status Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure = true);
   void TouchDir(Inode* dir, const timespec& now);
   // Step records follow directory names (mkdir, rename, rmdir).
   void ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now);
@@ -581,11 +606,16 @@ class FileSystem {
   // Waits (releasing mu_) until no step containing dir_ino is committing,
   // so a step is frozen between BeginCommit and its outcome.
   void WaitUntilNotCommitting(std::unique_lock<std::mutex>& lock, uint64_t dir_ino);
-  // The first background error (failed manifest write) is kept and returned
-  // by every later mutation, as LevelDB's bg_error_: the in-memory image may
-  // then be ahead of the manifest, so nothing more is written; a restart
-  // recovers from the manifest.
-  Status CheckHealthy() const;
+  // Manifest write failures (filesystem_manifest_health.cc). The first one
+  // is kept, as LevelDB's bg_error_, and every later mutation is refused up
+  // front with its errno (ENOSPC for a full disk) before it changes the
+  // image, so the mount is read-only meanwhile; reads keep working. Every
+  // call retries the kept batches at most every kManifestRetryNs, and
+  // RetryManifest() does from the coordinator's idle loop: once they are
+  // written the image and the manifest agree again and writes resume.
+  Status CheckHealthy();
+  void NoteManifestFailureLocked(const Status& st);
+  bool TryRecoverManifestLocked();
 
   // Retention helpers (filesystem_retention.cc); REQUIRES: mu_ held.
   RetentionPolicy PolicyOf(Inode* run);
@@ -728,7 +758,15 @@ class FileSystem {
   CommitRequester request_commit_;
   IndexRequester request_index_;
   SessionOfFn session_of_;
-  Status bg_error_;  // GUARDED_BY(mu_)
+  Status manifest_error_;       // GUARDED_BY(mu_) ok = the manifest takes writes
+  ManifestBatch manifest_pending_;  // GUARDED_BY(mu_) failed batches, in order
+  size_t manifest_pending_batches_ = 0;  // GUARDED_BY(mu_)
+  // A change could neither be kept nor undone (a commit's pruning): only a
+  // restart, which reloads the manifest, makes the image right again.
+  bool manifest_diverged_ = false;     // GUARDED_BY(mu_)
+  int64_t manifest_error_since_ns_ = 0;  // GUARDED_BY(mu_)
+  int64_t manifest_retry_ns_ = 0;        // GUARDED_BY(mu_) last retry
+  std::unique_ptr<MetadataReserve> reserve_;
   InvalidateEntryFn invalidate_entry_;
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_;  // GUARDED_BY(mu_)
   InvalidateInodeFn invalidate_inode_;

@@ -83,6 +83,9 @@ Result<FileSystem::FastPathFile> FileSystem::OpenForFastPath(const FastPathCalle
                                                              uint32_t mode) {
   auto names = SplitRelativePath(path);
   if (!names.ok()) return names.status();
+  // The client writes without asking again: the grant is checked against
+  // the manifest's reserve, as a create through the mount is.
+  CKPTFS_RETURN_IF_ERROR(reserve_->Admit(0));
   uint64_t parent = kRootIno;
   uint64_t existing = 0;
   {

@@ -87,6 +87,9 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   std::unique_lock<std::mutex> lock(mu_);
   auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
+  // A new file is new data: refused within the manifest's reserve, as its
+  // writes would be (directories and xattrs are not: they are metadata).
+  CKPTFS_RETURN_IF_ERROR(reserve_->Admit(0));
   ManifestBatch batch;
   auto inode = NewInode(c, parent, name, S_IFREG | (mode & 07777), &batch);
   if (!inode.ok()) return inode.status();
@@ -156,6 +159,9 @@ Result<size_t> FileSystem::Write(FileHandle* fh, const void* buf, size_t n, uint
 }
 
 Status FileSystem::PrepareWrite(FileHandle* /*fh*/, size_t n) {
+  // The manifest's headroom first: eviction cannot help a disk that other
+  // programs filled, and the trainer should hear ENOSPC at once.
+  CKPTFS_RETURN_IF_ERROR(reserve_->Admit(n));
   return tier_ ? tier_->WaitForCacheSpace(n) : Status::Ok();
 }
 

@@ -362,6 +362,13 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
     step_cv_.notify_all();
     return Status::Error(EALREADY, "step changed during commit");
   }
+  // A manifest that cannot be written refuses the commit before the image
+  // changes (the step stays writing; the commit is asked for again later).
+  if (Status health = CheckHealthy(); !health.ok()) {
+    rt.committing = false;
+    step_cv_.notify_all();
+    return health;
+  }
   ManifestBatch batch;
   StepRecord rec = it->second;
   rec.state = StepState::kCommitted;
@@ -394,15 +401,20 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   batch.Put(KeySpace::kSteps, InoKey(plan.step_ino), EncodeStep(rec));
   // Retention decides with the step counted as committed, and its removals
   // join the same batch: the decision is atomic with the commit. (If the
-  // batch fails, bg_error_ stops every later change; the manifest still has
-  // the state before the commit.)
+  // batch fails, the commit is undone below and the mount is read-only until
+  // the manifest takes writes again; the manifest still has the state before
+  // the commit.)
   const StepRecord before = it->second;
   it->second = rec;
   rt.committing = false;
   const std::string path = PathOfLocked(plan.step_ino);
+  const size_t before_retention = batch.size();
   if (Inode* step_dir = Find(plan.step_ino)) ApplyRetentionLocked(step_dir->rec.parent, &batch);
   // The one synced batch: before it the step is not committed, after it it is.
-  Status st = Apply(batch, /*sync=*/true);
+  Status st = Apply(batch, /*sync=*/true, /*keep_on_failure=*/false);
+  // Steps the retention took out of the image are not put back: only a
+  // restart (which reloads the manifest, where they still are) brings them.
+  if (!st.ok() && batch.size() != before_retention) manifest_diverged_ = true;
   if (auto rt_it = step_runtime_.find(plan.step_ino); rt_it != step_runtime_.end()) {
     rt_it->second.outcome_gen++;
     if (st.ok()) EndCommitRequest(&rt_it->second);

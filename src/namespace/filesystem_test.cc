@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "namespace/fs_test_env.h"
@@ -250,19 +251,128 @@ TEST(FileSystemTest, ControlDirectoryIsReadOnly) {
   EXPECT_TRUE(List(fs, kRootIno).count(".ckptfs"));
 }
 
-TEST(FileSystemTest, ManifestFailureStopsMutationsAndLosesNothingCommitted) {
+std::string StatusJson(FileSystem& fs) {
+  auto ctl = fs.Lookup(kRootIno, ".ckptfs");
+  if (!ctl.ok()) return "<no .ckptfs>";
+  auto st = fs.Lookup(ctl->ino, "status.json");
+  if (!st.ok()) return "<no status.json>";
+  return ReadFile(fs, st->ino);
+}
+
+size_t CountEvents(EventLog& events, const std::string& kind) {
+  return events.Counts()[kind];
+}
+
+// A full cache disk (ENOSPC from the manifest) makes the mount read-only,
+// not dead: the failing operation reports ENOSPC, later changes are refused
+// before they touch the namespace, reads work, and once the manifest takes
+// writes again everything resumes without a restart.
+TEST(FileSystemTest, ManifestFailureMakesTheMountReadOnlyUntilWritesWorkAgain) {
+  FsEnv env;
+  FileSystem& fs = env.fs();
+  const uint64_t f = WriteFile(fs, kRootIno, "f", "old");
+  SyncFile(fs, f);
+  env.manifest.FailWritesAfter(0, ENOSPC);
+  EXPECT_EQ(fs.Mkdir(kRoot, kRootIno, "d", 0755).err(), ENOSPC);
+  EXPECT_EQ(CountEvents(env.events, "manifest_error"), 1u);
+  // Refused up front: nothing of these reaches the namespace.
+  EXPECT_EQ(fs.Mkdir(kRoot, kRootIno, "e", 0755).err(), ENOSPC);
+  EXPECT_EQ(fs.Lookup(kRootIno, "e").err(), ENOENT);
+  EXPECT_EQ(fs.SetXattr(f, "user.k", "v", 0).err(), ENOSPC);
+  EXPECT_EQ(fs.GetXattr(f, "user.k").err(), ENODATA);
+  EXPECT_EQ(fs.Create(kRoot, kRootIno, "g", 0644, O_WRONLY).err(), ENOSPC);
+  EXPECT_EQ(fs.OpenFile(f, O_WRONLY).err(), ENOSPC);
+  EXPECT_EQ(CountEvents(env.events, "manifest_error"), 1u);  // once per episode
+  // Reads need no manifest write.
+  EXPECT_EQ(ReadFile(fs, f), "old");
+  const auto status = nlohmann::json::parse(StatusJson(fs));
+  EXPECT_EQ(status["manifest"]["state"], "error") << status.dump();
+  EXPECT_EQ(status["manifest"]["errno"], "ENOSPC") << status.dump();
+
+  // Space is back: the next change (after the retry interval) heals it.
+  env.manifest.ClearFailure();
+  env.clock.Advance(1'000'000'000);
+  EXPECT_TRUE(fs.Mkdir(kRoot, kRootIno, "e", 0755).ok());
+  EXPECT_EQ(CountEvents(env.events, "manifest_recovered"), 1u);
+  EXPECT_TRUE(fs.SetXattr(f, "user.k", "v", 0).ok());
+  EXPECT_EQ(nlohmann::json::parse(StatusJson(fs))["manifest"]["state"], "ok");
+  // The failed mkdir's change was kept and written on recovery: the image
+  // and the manifest agree across a restart.
+  env.CleanRestart();
+  EXPECT_TRUE(env.fs().Lookup(kRootIno, "d").ok());
+  EXPECT_TRUE(env.fs().Lookup(kRootIno, "e").ok());
+  EXPECT_EQ(*env.fs().GetXattr(f, "user.k"), "v");
+  EXPECT_EQ(ReadFile(env.fs(), f), "old");
+}
+
+TEST(FileSystemTest, ManifestRecoversFromTheIdleRetryWithoutAnyWrite) {
+  FsEnv env;
+  env.manifest.FailWritesAfter(0, ENOSPC);
+  EXPECT_EQ(env.fs().Mkdir(kRoot, kRootIno, "d", 0755).err(), ENOSPC);
+  EXPECT_FALSE(env.fs().RetryManifest());
+  EXPECT_FALSE(env.fs().ManifestHealthNow().ok);
+  EXPECT_EQ(env.fs().ManifestHealthNow().pending_batches, 1u);
+  env.manifest.ClearFailure();
+  EXPECT_TRUE(env.fs().RetryManifest());
+  EXPECT_TRUE(env.fs().ManifestHealthNow().ok);
+  EXPECT_EQ(CountEvents(env.events, "manifest_recovered"), 1u);
+  // Synced: it survives a power loss.
+  env.CrashAndRestart();
+  EXPECT_TRUE(env.fs().Lookup(kRootIno, "d").ok());
+}
+
+TEST(FileSystemTest, CrashWhileTheManifestFailsLosesNothingCommitted) {
   FsEnv env;
   const uint64_t f = WriteFile(env.fs(), kRootIno, "f", "old");
   SyncFile(env.fs(), f);
-  env.manifest.FailWritesAfter(0, ENOSPC);
+  env.manifest.FailWritesAfter(0, EIO);
   EXPECT_EQ(env.fs().Mkdir(kRoot, kRootIno, "d", 0755).err(), EIO);
-  env.manifest.ClearFailure();
-  // The first error sticks: the image may be ahead of the manifest.
   EXPECT_EQ(env.fs().Mkdir(kRoot, kRootIno, "e", 0755).err(), EIO);
   env.CrashAndRestart();
   EXPECT_EQ(env.fs().Lookup(kRootIno, "d").err(), ENOENT);
   EXPECT_EQ(ReadFile(env.fs(), f), "old");
   EXPECT_TRUE(env.fs().Mkdir(kRoot, kRootIno, "e", 0755).ok());
+}
+
+// File data stops short of the manifest's reserve; metadata goes on.
+TEST(FileSystemTest, DataWritesGetEnospcWithinTheMetadataReserve) {
+  FileSystemOptions options;
+  options.metadata_reserve = {64 << 20, 0};
+  FsEnv env(options);
+  env.data.SetDeviceBytes(uint64_t{1} << 30);
+  env.data.OccupyBytes((uint64_t{1} << 30) - (72 << 20));  // 72 MiB free
+  FileSystem& fs = env.fs();
+  auto c = fs.Create(kRoot, kRootIno, "big", 0644, O_WRONLY);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const std::string mib(1 << 20, 'x');
+  Status st;
+  size_t written = 0;
+  for (int i = 0; i < 16 && st.ok(); i++) {
+    auto w = fs.Write(c->second.fh, mib.data(), mib.size(), written);
+    st = w.status();
+    if (w.ok()) written += *w;
+  }
+  EXPECT_EQ(st.err(), ENOSPC) << st.ToString();
+  EXPECT_GE(written, 4u << 20);
+  EXPECT_LE(written, 8u << 20);
+  EXPECT_TRUE(fs.Release(c->second.fh).ok());
+  // Below the reserve (another program took 4 MiB more), new files are
+  // refused too, and so are growing truncates.
+  env.data.OccupyBytes((uint64_t{1} << 30) - (68 << 20));
+  env.clock.Advance(MetadataReserve::kRecheckNs);
+  EXPECT_EQ(fs.Create(kRoot, kRootIno, "more", 0644, O_WRONLY).err(), ENOSPC);
+  SetAttrRequest grow;
+  grow.size = uint64_t{1} << 30;
+  EXPECT_EQ(fs.SetAttr(c->first.ino, grow, nullptr).err(), ENOSPC);
+  // Metadata is what the reserve is for.
+  EXPECT_TRUE(fs.Mkdir(kRoot, kRootIno, "d", 0755).ok());
+  EXPECT_TRUE(fs.SetXattr(kRootIno, "user.k", "v", 0).ok());
+  EXPECT_TRUE(fs.Rename(kRootIno, "big", kRootIno, "big2", 0).ok());
+  // Freed space is seen at once.
+  env.data.OccupyBytes(0);
+  auto more = fs.Create(kRoot, kRootIno, "more", 0644, O_WRONLY);
+  ASSERT_TRUE(more.ok()) << more.status().ToString();
+  EXPECT_TRUE(fs.Release(more->second.fh).ok());
 }
 
 }  // namespace

@@ -168,6 +168,18 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
   if (tier_) tier_->AddStatus(&info.extra);
   // The remote's last error quotes object keys, that is paths.
   if (!everything && info.extra.contains("remote")) info.extra["remote"]["last_error"] = nullptr;
+  // Whether metadata changes are being recorded: "error" means the mount is
+  // read-only until the manifest can be written again (a full cache disk).
+  nlohmann::json manifest = {{"state", manifest_error_.ok() ? "ok" : "error"},
+                             {"metadata_reserve_bytes", reserve_->reserve_bytes()}};
+  if (!manifest_error_.ok()) {
+    manifest["error"] = manifest_error_.message();
+    manifest["errno"] = manifest_error_.err() == ENOSPC ? "ENOSPC" : "EIO";
+    manifest["since_s"] = static_cast<double>(clock_->MonotonicNanos() - manifest_error_since_ns_) / 1e9;
+    manifest["pending_batches"] = manifest_pending_batches_;
+    manifest["needs_remount"] = manifest_diverged_;
+  }
+  info.extra["manifest"] = std::move(manifest);
   return RenderStatusJson(info, steps);
 }
 
