@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/boot_id.h"
 #include "common/process_session.h"
 #include "fastpath/fast_path_server.h"
 #include "fuse/fuse_ops.h"
@@ -29,7 +30,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   }
   auto data = OpenPosixDataStore(options.cache_dir + "/data");
   if (!data.ok()) return data.status().Annotate("opening the data store");
-  auto fs = FileSystem::Open(options.fs, std::move(manifest).value(), std::move(data).value(),
+  FileSystemOptions fs_options = options.fs;
+  fs_options.boot_id = CurrentBootId();
+  auto fs = FileSystem::Open(fs_options, std::move(manifest).value(), std::move(data).value(),
                              &d->clock_, d->events_.get());
   if (!fs.ok()) return fs.status().Annotate("loading the manifest");
   d->fs_ = std::move(fs).value();
