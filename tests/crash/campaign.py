@@ -148,7 +148,8 @@ class Campaign:
         self.trainer = Trainer(self.m.path("run"), self.ref, self.ctl, args)
         self.next_step = 1
         self.committed = {}       # step -> sha256 per file, as verified while mounted
-        self.saved = set()        # the trainer's save returned before a kill
+        self.saved = set()        # the trainer's save returned before this round's kill
+        self.saved_total = 0
         self.removed_by_rm = set()
         self.stats = collections.defaultdict(collections.Counter)
         self.failures = []
@@ -243,6 +244,7 @@ class Campaign:
             self.trainer.wait(lambda: n in self.trainer.outcomes, 120, f"outcome of step{n}")
             if self.trainer.outcomes[n] == "saved":
                 self.saved.add(n)
+                self.saved_total += 1
         before = dict(self.committed)
         self.clean_mountpoint()
         self.m.start()
@@ -282,6 +284,7 @@ class Campaign:
                 continue
             raise CheckFailed(f"step{k}: the trainer's save returned before the kill, "
                               f"but the step is {now.get(k, 'gone')!r} after the restart")
+        self.saved.clear()
         if committed_now:
             latest = os.readlink(self.m.path("run", "latest"))
             if latest != f"step{committed_now[-1]}":
@@ -291,11 +294,14 @@ class Campaign:
         # Uploads resume: every committed step becomes persisted.
         deadline = time.monotonic() + 120
         for k in committed_now:
-            while get_xattr(self.m.path("run", f"step{k}"), "user.ckptfs.persisted") != "true":
+            while True:
+                try:
+                    if get_xattr(self.m.path("run", f"step{k}"), "user.ckptfs.persisted") == "true":
+                        break
+                except OSError:
+                    break   # retention took it meanwhile
                 if time.monotonic() > deadline:
                     raise CheckFailed(f"step{k} not persisted 120 s after the restart")
-                if self.state(k) != "committed":   # retention took it meanwhile
-                    break
                 time.sleep(0.02)
         # fsck of the unmounted cache.
         self.m.umount()
@@ -322,7 +328,9 @@ class Campaign:
                     self.stats[phase]["survived"] += 1
                     if phase in ("commit", "write", "upload", "prune"):
                         self.stats[phase][f"step {self.last_outcome or 'gone'}"] += 1
-                except CheckFailed as e:
+                except Exception as e:  # noqa: BLE001  a check, or the harness itself
+                    if not isinstance(e, CheckFailed):
+                        e = f"{type(e).__name__}: {e}"
                     self.failures.append(f"round {i} ({phase}): {e}")
                     print(f"FAIL round {i} ({phase}): {e}", flush=True)
                     self.stats[phase]["failed"] += 1
@@ -349,7 +357,7 @@ class Campaign:
             extra = ", ".join(f"{k}: {v}" for k, v in sorted(s.items()) if k.startswith("step "))
             lines.append(f"  {phase:7s} kills {s['kills']:3d}  survived {s['survived']:3d}  failed "
                          f"{s['failed']:2d}" + (f"  (killed step after restart: {extra})" if extra else ""))
-        lines.append(f"  saves that returned before a kill: {len(self.saved)}, "
+        lines.append(f"  saves that returned before a kill: {self.saved_total}, "
                      f"all committed after the restart: {'yes' if not self.failures else 'see failures'}")
         for f in self.failures:
             lines.append("  FAILURE " + f)
@@ -391,7 +399,7 @@ def main(argv):
         with open(args.json, "w") as f:
             json.dump({"seed": args.seed, "writer": args.writer, "elapsed_s": round(c.elapsed, 1),
                        "phases": {p: dict(s) for p, s in c.stats.items()},
-                       "saved_before_kill": len(c.saved), "failures": c.failures}, f, indent=1)
+                       "saved_before_kill": c.saved_total, "failures": c.failures}, f, indent=1)
     return 0 if ok else 1
 
 
