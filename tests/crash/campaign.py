@@ -141,7 +141,7 @@ class Campaign:
         self.remote = os.path.join(self.base, "remote")
         self.ref = os.path.join(self.base, "ref")
         self.ctl = os.path.join(self.base, "ctl")
-        for d in (self.remote, self.ref, self.ctl):
+        for d in (self.remote, self.ref, self.ctl, os.path.join(self.base, "fs")):
             os.makedirs(d)
         self.m = CkptfsMount(args=["--remote", "file://" + self.remote, "--keep-last", str(KEEP_LAST)],
                              base=os.path.join(self.base, "fs"))
