@@ -102,7 +102,10 @@ def _dcp_rank(rank, world, run_dir, ref_dir, ctl, mib):
             dcp.save_state_dict(sd, dcp.FileSystemWriter(os.path.join(run_dir, f"step{n}")))
             if rank == 0:
                 log(ctl, f"saved {n}")
-        except Exception as e:  # noqa: BLE001  the daemon under us was killed
+        except BaseException as e:  # noqa: BLE001  the daemon under us was killed
+            # torch 1.13's CheckpointException derives from BaseException.
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
             if rank == 0:
                 log(ctl, f"failed {n} {type(e).__name__}")
         dist.barrier()
