@@ -4,17 +4,44 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/boot_id.h"
 #include "common/process_session.h"
 #include "fastpath/fast_path_server.h"
 #include "fuse/fuse_ops.h"
 
 namespace ckptfs {
+
+namespace {
+
+// Commits recovery resumed (a trigger that survived a daemon crash) finish
+// before the mount is served, so a trainer resuming at once finds the step
+// committed and `latest` on it. Those waiting for quiet (--commit-settle) are
+// not waited for; nor is anything past a minute (the mount serves, the
+// commit goes on).
+void WaitForRecoveredCommits(FileSystem* fs) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    bool pending = false;
+    for (const StepSummary& s : fs->Steps()) {
+      if (s.rec.state == StepState::kWriting && s.rec.pending_commit != 0 &&
+          s.rec.error.rfind("settling", 0) != 0) {
+        pending = true;
+      }
+    }
+    if (!pending || std::chrono::steady_clock::now() > deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   // glibc gives each new thread (16 FUSE workers, uploaders, writer
@@ -46,7 +73,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   }
   auto data = OpenPosixDataStore(options.cache_dir + "/data");
   if (!data.ok()) return data.status().Annotate("opening the data store");
-  auto fs = FileSystem::Open(options.fs, std::move(manifest).value(), std::move(data).value(),
+  FileSystemOptions fs_options = options.fs;
+  fs_options.boot_id = CurrentBootId();
+  auto fs = FileSystem::Open(fs_options, std::move(manifest).value(), std::move(data).value(),
                              &d->clock_, d->events_.get());
   if (!fs.ok()) return fs.status().Annotate("loading the manifest");
   d->fs_ = std::move(fs).value();
@@ -69,6 +98,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   }
   d->fs_->SetSessionOf(ProcessSession);
   d->coordinator_ = std::make_unique<CommitCoordinator>(d->fs_.get());
+  WaitForRecoveredCommits(d->fs_.get());
 
   // default_permissions: the kernel checks modes and owners for us.
   std::string opts = "default_permissions,fsname=ckptfs,subtype=ckptfs";

@@ -74,6 +74,8 @@ CommitCoordinator::CommitCoordinator(FileSystem* fs, bool threads) : fs_(fs) {
     worker_ = std::thread([this] { WorkerLoop(); });
     idle_ = std::thread([this] { IdleLoop(); });
   }
+  // Commits whose trigger survived a daemon crash are finished now.
+  fs_->RequestRecoveredCommits();
 }
 
 std::unique_ptr<CommitCoordinator> CommitCoordinator::CreateWithoutThreads(FileSystem* fs) {

@@ -128,7 +128,8 @@ bool InodeRecord::operator==(const InodeRecord& o) const {
 bool StepRecord::operator==(const StepRecord& o) const {
   return state == o.state && step == o.step && SameTime(committed_at, o.committed_at) &&
          bytes == o.bytes && files == o.files && error == o.error && ephemeral == o.ephemeral &&
-         persisted == o.persisted && session == o.session && best_ref == o.best_ref;
+         persisted == o.persisted && session == o.session && best_ref == o.best_ref &&
+         pending_commit == o.pending_commit;
 }
 
 const char* StepStateName(StepState state) {
@@ -257,10 +258,11 @@ std::string EncodeStep(const StepRecord& rec) {
   e.U8(rec.persisted ? 1 : 0);
   // Trailing fields added later are written only when set, so records of
   // steps that do not use them stay readable by older versions.
-  if (rec.session != 0 || !rec.best_ref.empty()) {
+  if (rec.session != 0 || !rec.best_ref.empty() || rec.pending_commit != 0) {
     e.U64(rec.session);
     e.String(rec.best_ref);
   }
+  if (rec.pending_commit != 0) e.U8(rec.pending_commit);
   return std::move(e).Finish();
 }
 
@@ -282,6 +284,7 @@ Result<StepRecord> DecodeStep(std::string_view value) {
     rec.session = d.U64();
     rec.best_ref = d.String();
   }
+  if (d.HasMore()) rec.pending_commit = d.U8();
   if (!d.Done()) return Corrupt("step");
   return rec;
 }

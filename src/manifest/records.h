@@ -78,9 +78,22 @@ struct StepRecord {
   // basename only); "" when none. Used by the hf retention preset. Optional
   // trailing field.
   std::string best_ref;
+  // A commit was asked for while nothing in the step was open for writing
+  // (kPendingCommit* bits; 0 = none). Recovery after a daemon crash in the
+  // same boot finishes that commit, with the same completeness check, instead
+  // of leaving the step incomplete (filesystem_recovery.cc). Optional
+  // trailing field.
+  uint8_t pending_commit = 0;
 
   bool operator==(const StepRecord&) const;
 };
+
+// StepRecord::pending_commit bits: what the pending request was (the commit
+// procedure treats a rename and an explicit commit differently).
+inline constexpr uint8_t kPendingCommit = 1;
+inline constexpr uint8_t kPendingCommitRenamed = 2;  // a directory renamed into the step name
+inline constexpr uint8_t kPendingCommitForced = 4;   // explicit or idle
+inline constexpr uint8_t kPendingCommitDirect = 8;   // any trigger but a subdirectory marker
 
 // A file's contents as the remote tier holds them (KeySpace::kObjects): the
 // object `key` has these bytes. The version (size, mtime) is the file's at

@@ -138,6 +138,21 @@ TEST(RecordsTest, StepPersistedFlagRoundTripsAndOldRecordsDecode) {
   EXPECT_FALSE(old->persisted);
 }
 
+TEST(RecordsTest, StepPendingCommitRoundTripsAndOlderRecordsHaveNone) {
+  StepRecord rec = SampleStep();
+  rec.session = 0;
+  rec.best_ref.clear();
+  const std::string without = EncodeStep(rec);
+  rec.pending_commit = kPendingCommit | kPendingCommitRenamed | kPendingCommitDirect;
+  const std::string with = EncodeStep(rec);
+  EXPECT_EQ(with.size(), without.size() + 8 + 4 + 1);  // session, empty best_ref, the bits
+  EXPECT_EQ(*DecodeStep(with), rec);
+  EXPECT_EQ(DecodeStep(without)->pending_commit, 0);
+  rec.session = 42;
+  rec.best_ref = "checkpoint-7";
+  EXPECT_EQ(*DecodeStep(EncodeStep(rec)), rec);
+}
+
 TEST(RecordsTest, ObjectAndUploadRecordsRoundTrip) {
   ObjectRecord object{"a/step1/x y", ~0ULL, -5, 0xffffffff, true};
   EXPECT_EQ(*DecodeObject(EncodeObject(object)), object);

@@ -19,6 +19,9 @@ class FileHandle {
   bool writable = false;
   bool saving = false;  // open for writing inside a step: counted in OpenWriters()
   uint32_t pid = 0;     // the opening process (0 = unknown): a trigger's session
+  // Writable handles: a close() of it was answered (FLUSH) and nothing was
+  // written through it since. GUARDED_BY(FileSystem::mu_).
+  bool flushed = false;
   std::unique_ptr<BackingFile> file;  // regular files
   std::string content;                // control files: a snapshot taken at open
   // Set when the file's data was not resident at open: reads fetch missing

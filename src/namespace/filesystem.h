@@ -87,6 +87,11 @@ struct FileSystemOptions {
   // Free space on the cache filesystem kept for the manifest: new file data
   // gets ENOSPC below it (--metadata-reserve).
   MetadataReserveSpec metadata_reserve;
+  // The kernel boot this mount runs in (CurrentBootId()); "" = unknown.
+  // After a daemon crash in the same boot, recovery finishes commits whose
+  // trigger survived; after a machine restart (or an unknown boot) it does
+  // not, as unsynced data may be lost (filesystem_recovery.cc).
+  std::string boot_id;
   // Shown in status.json.
   std::string mountpoint;
   std::string cache_dir;
@@ -342,6 +347,10 @@ class FileSystem {
   // Asks again for the commit of steps that waited for quiet and are quiet
   // now (--commit-settle). Called once a second by the coordinator.
   void RequestSettledCommits();
+  // Asks again for the commits that recovery found pending (a trigger that
+  // survived a daemon crash in the same boot). The coordinator calls it once
+  // its requester is set.
+  void RequestRecoveredCommits();
 
   // Retention (filesystem_retention.cc).
   // The plan for a run directory without applying it (ckptfs retention --dry-run).
@@ -535,6 +544,10 @@ class FileSystem {
     bool direct = false;        // a trigger other than a subdirectory marker
     bool settling = false;      // the last attempt waited for quiet
     uint64_t session = 0;
+    // Recovery resumed this request (its trigger survived a crash): no
+    // writer is coming back, so an attempt that finds files missing makes
+    // the step incomplete instead of waiting.
+    bool recovered = false;
   };
   void EndCommitRequest(StepRuntime* rt);
 
@@ -596,6 +609,23 @@ class FileSystem {
   // A file closed or renamed into place: commit markers and run index files
   // trigger commits (session: the writer's, 0 = unknown).
   void NoteTriggerFileLocked(Inode* file, uint64_t session);
+  // The manifest learns of a commit request once nothing in the step is open
+  // for writing (StepRecord::pending_commit), and forgets it when a file in
+  // the step is opened for writing again: a file open at a crash may hold
+  // half its bytes, so only a request made with every file closed may be
+  // finished by recovery.
+  void RecordPendingCommitLocked(uint64_t step_ino);
+  void ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batch);
+  // A marker closed (its FLUSH) or renamed into place while its RELEASE is
+  // still to come, with every file of the step closed: records the commit
+  // request its RELEASE will make (pid: the writer's, 0 = unknown).
+  void RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch);
+  // Writable handles below dir written since their last close().
+  uint32_t UnflushedWritersUnder(Inode* dir);
+  // Recovery (filesystem_recovery.cc): a writing step becomes incomplete,
+  // or, when its pending commit may be finished, stays writing with the
+  // request restored.
+  void RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot, ManifestBatch* batch);
   bool IsMarkerName(const std::string& name) const;
   uint32_t OpenWritersUnder(Inode* dir);
   std::string PathOfLocked(uint64_t ino);

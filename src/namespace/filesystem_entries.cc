@@ -357,6 +357,14 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   // would: DCP writes .metadata.tmp and renames it to .metadata, OLMo-core
   // renames a temporary file to .metadata.json.
   if (!src->is_dir() && src->open_writers == 0) NoteTriggerFileLocked(src, 0);
+  // A marker renamed into place before its RELEASE arrived (DCP closes
+  // .metadata.tmp and renames it at once): its RELEASE triggers the commit,
+  // but the manifest learns of the request now.
+  if (src->is_reg() && src->open_writers > 0 && IsMarkerName(src->name)) {
+    ManifestBatch marker;
+    RecordClosedMarkerLocked(0, src, &marker);
+    if (!marker.empty()) (void)Apply(marker, false);
+  }
   return Status::Ok();
 }
 

@@ -46,6 +46,9 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
     if (inode->rec.sealed) {
       return Status::Error(EROFS, "file belongs to a committed step and is read-only");
     }
+    ManifestBatch batch;
+    ForgetPendingCommitLocked(inode->rec.parent, &batch);
+    CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   }
   // A backing file lost in a crash before it was synced reads as empty.
   // Data only in the remote is fetched into a (sparse) backing file.
@@ -71,6 +74,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
   inode->last_access_ns = clock_->MonotonicNanos();
   if (fh->writable) {
     inode->open_writers++;
+    inode->unflushed_writers++;
     fh->saving = StepOf(ino) != 0;
     if (fh->saving) {
       open_writers_total_++;
@@ -95,6 +99,7 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   if (!inode.ok()) return inode.status();
   AddChild(*dir, name, *inode, &batch);
   NoteActivity(parent);
+  ForgetPendingCommitLocked(parent, &batch);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   auto file = data_->Open((*inode)->rec.ino, /*create=*/true);
   if (!file.ok()) return file.status().Annotate("opening backing file");
@@ -106,6 +111,7 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   (*inode)->open_handles++;
   if (fh->writable) {
     (*inode)->open_writers++;
+    (*inode)->unflushed_writers++;
     fh->saving = StepOf(parent) != 0;
     if (fh->saving) {
       open_writers_total_++;
@@ -176,16 +182,52 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
   inode->rec.mtime = inode->rec.ctime = clock_->Now();
   inode->dirty = true;
   NoteActivity(fh->ino);
+  if (fh->flushed) {
+    // Written after a close() (through a dup of the descriptor): the file
+    // is being written again, and recovery must not finish a commit of it.
+    fh->flushed = false;
+    inode->unflushed_writers++;
+    ManifestBatch batch;
+    ForgetPendingCommitLocked(inode->rec.parent, &batch);
+    if (!batch.empty()) (void)Apply(batch, false);
+  }
 }
 
 Status FileSystem::Flush(FileHandle* fh) {
   std::lock_guard<std::mutex> lock(mu_);
   Inode* inode = Find(fh->ino);
-  if (!inode || !inode->dirty || inode->rec.nlink == 0) return Status::Ok();
+  if (!inode || inode->rec.nlink == 0) return Status::Ok();
   ManifestBatch batch;
-  PutInode(*inode, &batch);
-  inode->dirty = false;
+  if (inode->dirty) {
+    PutInode(*inode, &batch);
+    inode->dirty = false;
+  }
+  if (fh->writable && !fh->flushed) {
+    fh->flushed = true;
+    if (inode->unflushed_writers > 0) inode->unflushed_writers--;
+    if (IsMarkerName(inode->name)) RecordClosedMarkerLocked(fh->pid, inode, &batch);
+  }
   return Apply(batch, false);
+}
+
+void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch) {
+  // close() returns to the trainer once FLUSH is answered; RELEASE, which
+  // asks for the commit, follows asynchronously (and a rename of the marker
+  // into place may come before it). The manifest learns of the commit
+  // request here, so that a daemon killed before the RELEASE still finishes
+  // the commit at restart; the RELEASE asks for the same commit.
+  const uint64_t step = StepOf(marker->rec.parent);
+  auto it = steps_.find(step);
+  if (it == steps_.end() || it->second.state != StepState::kWriting) return;
+  Inode* dir = Find(step);
+  if (!dir || UnflushedWritersUnder(dir) > 0) return;
+  StepRecord& rec = it->second;
+  uint8_t bits = rec.pending_commit | kPendingCommit;
+  if (step == marker->rec.parent) bits |= kPendingCommitDirect;
+  if (bits == rec.pending_commit) return;
+  rec.pending_commit = bits;
+  if (pid != 0 && rec.session == 0) rec.session = session_of_ ? session_of_(pid) : pid;
+  batch->Put(KeySpace::kSteps, InoKey(step), EncodeStep(rec));
 }
 
 Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {
@@ -224,6 +266,7 @@ Status FileSystem::Release(FileHandle* fh) {
   if (!inode) return Status::Ok();
   if (inode->open_handles > 0) inode->open_handles--;
   if (fh->writable && inode->open_writers > 0) inode->open_writers--;
+  if (fh->writable && !fh->flushed && inode->unflushed_writers > 0) inode->unflushed_writers--;
   ManifestBatch batch;
   Status st;
   if (inode->rec.nlink == 0) {

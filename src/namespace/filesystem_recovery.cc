@@ -12,6 +12,8 @@ namespace ckptfs {
 namespace {
 constexpr const char* kFormatKey = "format_version";
 constexpr const char* kFormatVersion = "1";
+// The kernel boot the last mount of this cache ran in (CurrentBootId()).
+constexpr const char* kBootIdKey = "boot_id";
 }  // namespace
 
 Status FileSystem::Load() {
@@ -83,6 +85,13 @@ Status FileSystem::Load() {
 Status FileSystem::Recover() {
   ManifestBatch batch;
   const timespec now = clock_->Now();
+  // Same boot: only the daemon died, and every byte it (or a fast-path
+  // client) wrote is in the kernel's page cache or on disk, synced or not;
+  // the commit fsyncs it before its batch, as a live commit does.
+  auto last_boot = manifest_->Get(KeySpace::kMeta, kBootIdKey);
+  if (!last_boot.ok()) return last_boot.status();
+  const bool same_boot = !options_.boot_id.empty() && last_boot->has_value() && **last_boot == options_.boot_id;
+  if (!options_.boot_id.empty()) batch.Put(KeySpace::kMeta, kBootIdKey, options_.boot_id);
   if (!Find(kRootIno)) {
     // A new cache: the root directory, owned by whoever mounts.
     auto root = std::make_unique<Inode>();
@@ -160,16 +169,15 @@ Status FileSystem::Recover() {
     }
   }
 
-  // Steps: writing ones were not committed before the stop.
-  for (auto& [ino, rec] : steps_) {
-    if (rec.state != StepState::kWriting) continue;
-    rec.state = StepState::kIncomplete;
-    rec.error = "the daemon stopped before this step was committed";
-    batch.Put(KeySpace::kSteps, InoKey(ino), EncodeStep(rec));
-    EmitStepEvent("recovered", ino, rec, rec.error);
-  }
+  // Steps: writing ones were not committed before the stop, unless their
+  // commit's trigger survived it.
   const int64_t mono = clock_->MonotonicNanos();
   for (auto& [ino, rec] : steps_) step_runtime_[ino].last_activity = mono;
+  for (auto& [ino, rec] : steps_) {
+    if (rec.state == StepState::kWriting || rec.pending_commit != 0) {
+      RecoverWritingStepLocked(ino, &rec, same_boot, &batch);
+    }
+  }
 
   // A deletion (rm -rf) the stop interrupted is finished: the user asked for it.
   std::vector<uint64_t> deleting;
@@ -188,6 +196,38 @@ Status FileSystem::Recover() {
   // Removals of orphans' data only after the manifest forgot them.
   for (uint64_t ino : orphans) (void)data_->Remove(ino);
   return data_->SyncDir();
+}
+
+void FileSystem::RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot,
+                                          ManifestBatch* batch) {
+  const bool committed_or_deleting = rec->state == StepState::kCommitted || rec->state == StepState::kDeleting;
+  if (rec->pending_commit != 0 && same_boot && !committed_or_deleting) {
+    // A marker closed, a rename done, an index file naming the step, an
+    // explicit or settling commit, with every file of the step closed: the
+    // commit the daemon did not finish is asked for again, with the same
+    // checks. The coordinator starts it (RequestRecoveredCommits); files
+    // found missing or short then make the step incomplete (AbortCommit).
+    StepRuntime& rt = step_runtime_[step_ino];
+    rt.commit_wanted = true;
+    rt.wanted_since = clock_->MonotonicNanos();
+    rt.renamed = (rec->pending_commit & kPendingCommitRenamed) != 0;
+    rt.forced = (rec->pending_commit & kPendingCommitForced) != 0;
+    rt.direct = (rec->pending_commit & kPendingCommitDirect) != 0;
+    rt.session = rec->session;
+    rt.recovered = true;
+    EmitStepEvent("recovered", step_ino, *rec, "finishing the commit asked for before the daemon stopped");
+    return;
+  }
+  const bool forgot = rec->pending_commit != 0;
+  rec->pending_commit = 0;
+  if (rec->state == StepState::kWriting) {
+    rec->state = StepState::kIncomplete;
+    rec->error = forgot ? "the daemon stopped before this step was committed, in an earlier boot of the "
+                          "machine (unsynced data may be lost): not committed"
+                        : "the daemon stopped before this step was committed";
+    EmitStepEvent("recovered", step_ino, *rec, rec->error);
+  }
+  batch->Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(*rec));
 }
 
 }  // namespace ckptfs

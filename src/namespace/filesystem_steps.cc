@@ -146,7 +146,41 @@ void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, uint6
       break;
   }
   if (session != 0) rt.session = session;
+  RecordPendingCommitLocked(step_ino);
   if (request_commit_) request_commit_(step_ino);
+}
+
+void FileSystem::RecordPendingCommitLocked(uint64_t step_ino) {
+  auto it = steps_.find(step_ino);
+  if (it == steps_.end() || IsSealedStep(step_ino)) return;
+  const StepRuntime& rt = step_runtime_[step_ino];
+  if (!rt.commit_wanted) return;
+  uint8_t bits = kPendingCommit;
+  if (rt.renamed) bits |= kPendingCommitRenamed;
+  if (rt.forced) bits |= kPendingCommitForced;
+  if (rt.direct) bits |= kPendingCommitDirect;
+  StepRecord& rec = it->second;
+  if (rec.pending_commit == bits && rec.session == rt.session) return;
+  Inode* dir = Find(step_ino);
+  if (!dir || UnflushedWritersUnder(dir) > 0) return;  // the last close records it
+  rec.pending_commit = bits;
+  rec.session = rt.session;
+  ManifestBatch batch;
+  batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(rec));
+  // Not synced: a daemon crash keeps what reached the kernel, and after a
+  // machine restart recovery does not finish commits anyway. A failure is
+  // kept in bg_error_ by Apply and answered by the next mutation.
+  (void)Apply(batch, /*sync=*/false);
+}
+
+void FileSystem::ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batch) {
+  const uint64_t step = StepOf(dir_ino);
+  auto it = steps_.find(step);
+  if (it == steps_.end()) return;
+  if (auto rt = step_runtime_.find(step); rt != step_runtime_.end()) rt->second.recovered = false;
+  if (it->second.pending_commit == 0) return;
+  it->second.pending_commit = 0;
+  batch->Put(KeySpace::kSteps, InoKey(step), EncodeStep(it->second));
 }
 
 void FileSystem::EndCommitRequest(StepRuntime* rt) {
@@ -233,6 +267,17 @@ uint32_t FileSystem::OpenWritersUnder(Inode* dir) {
   return n;
 }
 
+uint32_t FileSystem::UnflushedWritersUnder(Inode* dir) {
+  uint32_t n = 0;
+  for (const auto& [name, dent] : dir->children) {
+    Inode* child = Find(dent.ino);
+    if (!child) continue;
+    n += child->unflushed_writers;
+    if (child->is_dir()) n += UnflushedWritersUnder(child);
+  }
+  return n;
+}
+
 void FileSystem::CollectFiles(Inode* dir, const std::string& prefix,
                               std::vector<std::pair<std::string, uint64_t>>* out) {
   for (const auto& [name, dent] : dir->children) {
@@ -282,6 +327,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   if (writers > 0) {
     if (clock_->MonotonicNanos() - rt.wanted_since > options_.commit_wait_ns) {
       EndCommitRequest(&rt);
+      it->second.pending_commit = 0;  // forgotten when the files were opened
       it->second.error = "commit timed out: " + std::to_string(writers) +
                          " file(s) still open for writing";
       rt.outcome_gen++;
@@ -292,6 +338,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
     it->second.error = "waiting for " + std::to_string(writers) + " file(s) open for writing";
     return Status::Error(EAGAIN, it->second.error);
   }
+  RecordPendingCommitLocked(step_ino);
   rt.committing = true;
   CommitPlan plan;
   plan.step_ino = step_ino;
@@ -319,16 +366,30 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
   StepRecord& rec = it->second;
   const std::string old_error = rec.error;
   rec.error = why.message();
-  if (broken) {
+  bool gave_up_after_crash = false;
+  if (waiting && !settling && rt.recovered) {
+    // The commit recovery resumed finds files missing or short: nobody will
+    // write them now, so the step is incomplete as SPEC's crash rule says.
+    rec.state = StepState::kIncomplete;
+    rec.error = "the daemon stopped before this step was committed; " + rec.error;
+    EndCommitRequest(&rt);
+    rt.recovered = false;
+    rec.pending_commit = 0;
+    gave_up_after_crash = true;
+  } else if (broken) {
     rec.state = StepState::kBroken;
     EndCommitRequest(&rt);
+    rec.pending_commit = 0;
   } else if (!waiting) {
     EndCommitRequest(&rt);
+    rec.pending_commit = 0;
   }
   ManifestBatch batch;
   batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(rec));
   (void)Apply(batch, false);
-  if (broken) {
+  if (gave_up_after_crash) {
+    EmitStepEvent("recovered", step_ino, rec, rec.error);
+  } else if (broken) {
     metrics_.steps_broken++;
     EmitStepEvent("broken", step_ino, rec, rec.error);
   } else if (!waiting) {
@@ -346,6 +407,13 @@ void FileSystem::DropCommitRequest(uint64_t step_ino) {
   rt.outcome_gen++;
   if (!rt.direct) {
     EndCommitRequest(&rt);
+    rt.recovered = false;
+    if (auto it = steps_.find(step_ino); it != steps_.end() && it->second.pending_commit != 0) {
+      it->second.pending_commit = 0;
+      ManifestBatch batch;
+      batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(it->second));
+      (void)Apply(batch, false);
+    }
   } else if (request_commit_) {
     // A direct trigger (ckptfs commit, an index file) arrived meanwhile.
     request_commit_(step_ino);
@@ -379,6 +447,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   rec.ephemeral = plan.ephemeral;
   rec.session = plan.session;
   rec.best_ref = plan.best_ref;
+  rec.pending_commit = 0;
   // Inode numbers, not pointers: retention below may evict inodes.
   std::vector<uint64_t> sealed;
   for (const auto& file : plan.files) {
@@ -417,7 +486,10 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   if (!st.ok() && batch.size() != before_retention) manifest_diverged_ = true;
   if (auto rt_it = step_runtime_.find(plan.step_ino); rt_it != step_runtime_.end()) {
     rt_it->second.outcome_gen++;
-    if (st.ok()) EndCommitRequest(&rt_it->second);
+    if (st.ok()) {
+      EndCommitRequest(&rt_it->second);
+      rt_it->second.recovered = false;
+    }
   }
   step_cv_.notify_all();
   if (!st.ok()) {
@@ -463,6 +535,14 @@ void FileSystem::RequestSettledCommits() {
     if (!rt.commit_wanted || rt.committing || !rt.settling) continue;
     if (now - rt.last_activity < options_.commit_settle_ns) continue;
     RequestCommitLocked(ino, CommitTrigger::kRetry);
+  }
+}
+
+void FileSystem::RequestRecoveredCommits() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!request_commit_) return;
+  for (const auto& [ino, rt] : step_runtime_) {
+    if (rt.recovered && rt.commit_wanted) request_commit_(ino);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -63,6 +64,7 @@ class FsEnv {
   // others commit at once (settle 0).
   explicit FsEnv(FileSystemOptions options = {}, bool keep_settle = false) : options_(std::move(options)) {
     if (!keep_settle) options_.commit_settle_ns = 0;
+    if (options_.boot_id.empty()) options_.boot_id = "boot-1";
     Start();
   }
   ~FsEnv() { Stop(); }
@@ -78,16 +80,20 @@ class FsEnv {
     coordinator_.reset();
     fs_.reset();
   }
-  // Power loss: handles and in-memory state vanish without any cleanup.
+  // Power loss: handles and in-memory state vanish without any cleanup, and
+  // the machine boots again.
   void CrashAndRestart(size_t keep_unsynced_batches = 0) {
-    coordinator_.reset();
-    // Leak nothing but skip the destructor's clean flush: a crash writes no
-    // final batch. The FileSystem is released after the stores forget.
-    manifest.FailWritesAfter(0, EIO);
-    fs_.reset();
-    manifest.ClearFailure();
+    Die();
     manifest.SimulateCrash(keep_unsynced_batches);
     data.SimulateCrash();
+    options_.boot_id = "boot-" + std::to_string(++boots_);
+    Start();
+  }
+  // The daemon process dies (kill -9) and starts again in the same boot: what
+  // it wrote reached the kernel, synced or not, and survives.
+  void KillAndRestart() {
+    Die();
+    manifest.SimulateCrash(SIZE_MAX);
     Start();
   }
   void CleanRestart() {
@@ -105,7 +111,17 @@ class FsEnv {
   int manifest_writes = 0;
 
  private:
+  // Leak nothing but skip the destructor's clean flush: a crash writes no
+  // final batch. The FileSystem is released after the stores forget.
+  void Die() {
+    coordinator_.reset();
+    manifest.FailWritesAfter(0, EIO);
+    fs_.reset();
+    manifest.ClearFailure();
+  }
+
   FileSystemOptions options_;
+  int boots_ = 1;
   std::unique_ptr<FileSystem> fs_;
   std::unique_ptr<CommitCoordinator> coordinator_;
 };

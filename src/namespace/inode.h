@@ -27,6 +27,10 @@ struct Inode {
   uint64_t lookups = 0;       // kernel references (lookup/create minus forget)
   uint32_t open_handles = 0;  // every open FileHandle
   uint32_t open_writers = 0;  // FileHandles opened for writing
+  // Of those, the ones written since their last close() (FLUSH): a crash
+  // may leave such a file half written; the others are closed as far as
+  // their writer knows, even before the kernel's RELEASE arrives.
+  uint32_t unflushed_writers = 0;
   bool dirty = false;         // size/mtime changed since the record was persisted
   bool backing_unsynced = false;  // backing file created since the last SyncDir
 
