@@ -49,6 +49,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
     if (inode->is_dir()) return Status::Error(EISDIR, "is a directory");
     if (!inode->is_reg()) return Status::Error(EINVAL, "not a regular file");
     if (inode->rec.sealed) return Status::Error(EROFS, "file belongs to a committed step and is read-only");
+    CKPTFS_RETURN_IF_ERROR(data_->Unseal(ino, /*keep_contents=*/*req.size > 0));
     std::unique_ptr<BackingFile> own;
     BackingFile* file = fh && fh->file ? fh->file.get() : nullptr;
     if (!file) {
