@@ -150,6 +150,8 @@ void FastPathServer::AcceptLoop() {
     c.uid = who->uid;
     c.thread = std::thread([this, &c, caller = std::move(who).value()] {
       Serve(c.fd, caller);
+      // The peer sees the end now, not when the acceptor next reaps.
+      shutdown(c.fd, SHUT_RDWR);
       c.done = true;
     });
   }

@@ -445,6 +445,7 @@ TEST_F(FastPathTest, ConnectionsAreLimitedPerUserAndRootKeepsItsOwnQuota) {
   limits.max_per_user = 3;
   limits.max_connections = 5;
   Start(std::nullopt, limits);
+  ASSERT_EQ(chmod(dir_.path().c_str(), 0755), 0);  // other users reach the socket
   std::vector<pid_t> children;
   auto hold = [&](uid_t uid, int tries, int* accepted, int* refused) {
     int pipefd[2];
