@@ -69,9 +69,10 @@ RAW_CLIENT = textwrap.dedent("""
     def main(sock_path, rel, size, crc):
         s, fd = open_file(sock_path, rel)
         out = {"accmode": fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE}
-        out["mmap"] = attempt(lambda: mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_WRITE))
         data = bytes((i * 131 + 7) % 251 for i in range(size))
         os.pwrite(fd, data, 0)
+        # (after the write: Python checks the file's size before it maps)
+        out["mmap"] = attempt(lambda: mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_WRITE))
         os.fsync(fd)
         out["close"] = close_file(s, size, crc)
         # What a client that kept its descriptor can do afterwards.
