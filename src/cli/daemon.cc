@@ -130,10 +130,17 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   // it (socket path too long, taken) still mounts, and clients fall back to
   // writing through FUSE.
   if (!options.writer_socket_off) {
-    auto server = FastPathServer::Start(options.writer_socket, d->fs_.get());
+    FastPathLimits limits;
+    limits.idle_timeout_ms = static_cast<int64_t>(options.writer_idle_timeout_s * 1000);
+    auto server = FastPathServer::Start(options.writer_socket, d->fs_.get(), limits);
     if (server.ok()) {
       d->fast_path_ = std::move(server).value();
       d->fs_->SetWriterSocket(options.writer_socket);
+      // How a writer's access ends at its close depends on the cache's
+      // filesystem (RevocationMode); operators see which one is in force.
+      d->events_->Append({{"event", "writer_fast_path"},
+                          {"socket", options.writer_socket},
+                          {"revocation", RevocationModeName(d->fs_->data()->revocation_mode())}});
     } else {
       std::fprintf(stderr, "ckptfs: warning: writer fast path off: %s (use --writer-socket PATH)\n",
                    server.status().message().c_str());

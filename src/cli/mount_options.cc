@@ -66,6 +66,8 @@ const char* const kMountUsage =
     "writer library (libckptfs-writer writes backing files directly, SPEC section 7):\n"
     "  --writer-socket PATH|none  its Unix socket (default CACHE/writer.sock); none turns\n"
     "                         the fast path off (the library then writes through FUSE)\n"
+    "  --writer-idle-timeout SECONDS  close a writer connection that sends no request for\n"
+    "                         this long (default 30); connections are also limited per user\n"
     "\n"
     "retention defaults for every run directory (override per run with\n"
     "setfattr -n user.ckptfs.keep_last -v 3 RUN_DIR; default: keep everything):\n"
@@ -184,7 +186,7 @@ Result<MetadataReserveSpec> ParseMetadataReserve(const std::string& text) {
 
 Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
-    kCache = 256, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
+    kCache = 256, kWriterIdleTimeout, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
     kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
     kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve,
   };
@@ -211,6 +213,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"cache-full-wait", required_argument, nullptr, kCacheFullWait},
       {"upload-parallel", required_argument, nullptr, kUploadParallel},
       {"writer-socket", required_argument, nullptr, kWriterSocket},
+      {"writer-idle-timeout", required_argument, nullptr, kWriterIdleTimeout},
       {"log-level", required_argument, nullptr, kLogLevel},
       {"show-full", no_argument, nullptr, kShowFull},
       {"show-latest", no_argument, nullptr, kShowLatest},
@@ -291,6 +294,12 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         auto s = ParseSeconds("--commit-idle", optarg);
         if (!s.ok()) return s.status();
         o.fs.commit_idle_ns = static_cast<int64_t>(*s * 1e9);
+        break;
+      }
+      case kWriterIdleTimeout: {
+        auto s = ParseSeconds("--writer-idle-timeout", optarg);
+        if (!s.ok()) return s.status();
+        o.writer_idle_timeout_s = *s;
         break;
       }
       case kCommitWait: {

@@ -35,6 +35,9 @@ struct MountOptions {
   // <cache>/writer.sock. writer_socket_off: --writer-socket none.
   std::string writer_socket;
   bool writer_socket_off = false;
+  // A writer connection that sends no request this long is closed
+  // (--writer-idle-timeout).
+  double writer_idle_timeout_s = 30;
   // Events at or above this level also go to stderr (--log-level).
   LogLevel log_level = LogLevel::kInfo;
 };

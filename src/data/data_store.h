@@ -6,6 +6,7 @@
 // FaultInjectionTestFS does.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,6 +29,40 @@ class BackingFile {
   // glue uses it to move request buffers with splice; everything else goes
   // through the methods above.
   virtual int fd() const { return -1; }
+
+  // What the file is on disk, to notice a change made around the daemon
+  // (SPEC section 7): the inode, the size, and the inode change time, which
+  // every write, truncation or flag change moves. ENOTSUP where the store
+  // has no such notion (the memory store).
+  struct Identity {
+    uint64_t inode = 0;
+    uint64_t size = 0;
+    int64_t ctime_ns = 0;
+    bool operator==(const Identity&) const = default;
+  };
+  virtual Result<Identity> Stat() { return Status::Error(ENOTSUP, "backing file identity"); }
+};
+
+// How a writer-library client's write access to a backing file ends at its
+// CLOSE (SPEC section 7), so that no later write can change the file:
+//   kImmutable    the client writes the backing file itself; at close the
+//                 daemon sets FS_IMMUTABLE_FL, which ext4 and XFS enforce
+//                 on descriptors that are already open (EPERM for write,
+//                 ftruncate and fallocate; SIGBUS for a shared mapping);
+//   kStagingCopy  where the flag is not enforced (tmpfs keeps accepting
+//                 writes through open descriptors) or cannot be set (no
+//                 CAP_LINUX_IMMUTABLE): the client writes an anonymous
+//                 staging file (O_TMPFILE) whose contents the daemon copies
+//                 into the backing file at close; the client's descriptor
+//                 then points at a file nothing reads.
+enum class RevocationMode { kUnsupported, kImmutable, kStagingCopy };
+const char* RevocationModeName(RevocationMode mode);
+
+// One client's write access to the backing file of ino.
+struct WriteGrant {
+  uint64_t ino = 0;
+  int client_fd = -1;   // O_WRONLY, for the client; the caller closes it once sent
+  int staging_fd = -1;  // kStagingCopy: the daemon's descriptor of the staging file
 };
 
 class DataStore {
@@ -51,6 +86,22 @@ class DataStore {
     uint64_t blocks_avail = 0;
   };
   virtual Result<Space> Capacity() = 0;
+
+  // --- writer grants (SPEC section 7); see RevocationMode.
+  virtual RevocationMode revocation_mode() const { return RevocationMode::kUnsupported; }
+  // An O_WRONLY descriptor through which a client writes the (empty)
+  // backing file of ino. ENOTSUP when the store has no descriptors.
+  virtual Result<WriteGrant> GrantWrite(uint64_t /*ino*/) {
+    return Status::Error(ENOTSUP, "the data store has no file descriptors to hand out");
+  }
+  // Ends the grant: afterwards no write through grant->client_fd (or any
+  // copy of it) can change the backing file. Closes the staging descriptor.
+  virtual Status RevokeWrite(WriteGrant* /*grant*/) { return Status::Ok(); }
+  // Before the daemon itself modifies the backing file of ino (a rewrite
+  // before commit, a truncation): a file a revoked grant sealed is replaced
+  // by a new, writable inode, with the old contents when keep_contents, so
+  // a client's stale descriptor never regains access. No-op otherwise.
+  virtual Status Unseal(uint64_t /*ino*/, bool /*keep_contents*/) { return Status::Ok(); }
 };
 
 // The real store: backing files live in dir (created if needed).

@@ -117,7 +117,15 @@ Result<uint64_t> PosixBackingFile::Size() {
   return static_cast<uint64_t>(st.st_size);
 }
 
-Result<std::unique_ptr<PosixDataStore>> PosixDataStore::OpenDir(const std::string& dir) {
+Result<BackingFile::Identity> PosixBackingFile::Stat() {
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0) return Status::FromErrno("fstat " + path_);
+  return Identity{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                  static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
+}
+
+Result<std::unique_ptr<PosixDataStore>> PosixDataStore::OpenDir(const std::string& dir,
+                                                                std::optional<RevocationMode> mode) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::FromErrno(ec.value(), "create data directory " + dir);
@@ -126,7 +134,8 @@ Result<std::unique_ptr<PosixDataStore>> PosixDataStore::OpenDir(const std::strin
   if (!S_ISDIR(st.st_mode)) {
     return Status::Error(ENOTDIR, "data directory " + dir + " is not a directory");
   }
-  return std::unique_ptr<PosixDataStore>(new PosixDataStore(dir));
+  RemoveLeftoverReplacements(dir);
+  return std::unique_ptr<PosixDataStore>(new PosixDataStore(dir, mode ? *mode : ProbeRevocationMode(dir)));
 }
 
 std::string PosixDataStore::PathOf(uint64_t ino) const {
@@ -143,16 +152,31 @@ Result<std::unique_ptr<BackingFile>> PosixDataStore::Open(uint64_t ino, bool cre
   do {
     fd = ::open(path.c_str(), flags, 0600);
   } while (fd < 0 && errno == EINTR);
+  if (fd < 0 && errno == EPERM) {
+    // Sealed at the close of a writer grant: readable; the daemon calls
+    // Unseal before it writes such a file.
+    do {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+  }
   if (fd < 0) return Status::FromErrno("open backing file " + path);
   return std::unique_ptr<BackingFile>(new PosixBackingFile(fd, path));
 }
 
 Status PosixDataStore::Remove(uint64_t ino) {
   const std::string path = PathOf(ino);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return Status::FromErrno("unlink backing file " + path);
+  if (::unlink(path.c_str()) == 0 || errno == ENOENT) return Status::Ok();
+  if (errno == EPERM) {
+    // A sealed file cannot be unlinked. Whatever a stale client descriptor
+    // writes between the unseal and the unlink goes to a file that is gone.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      FdCloser closer(fd);
+      CKPTFS_RETURN_IF_ERROR(SetImmutable(fd, false).Annotate("unlink backing file " + path));
+      if (::unlink(path.c_str()) == 0 || errno == ENOENT) return Status::Ok();
+    }
   }
-  return Status::Ok();
+  return Status::FromErrno("unlink backing file " + path);
 }
 
 Status PosixDataStore::SyncDir() {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,7 @@ class PosixBackingFile final : public BackingFile {
   Status Truncate(uint64_t size) override;
   Status Sync() override;  // fdatasync
   Result<uint64_t> Size() override;
+  Result<Identity> Stat() override;
   int fd() const override { return fd_; }
 
  private:
@@ -43,8 +45,10 @@ class PosixBackingFile final : public BackingFile {
 
 class PosixDataStore final : public DataStore {
  public:
-  // Creates dir (and its parents) when missing.
-  static Result<std::unique_ptr<PosixDataStore>> OpenDir(const std::string& dir);
+  // Creates dir (and its parents) when missing. mode: how writer grants are
+  // revoked; by default what ProbeRevocationMode finds (tests force one).
+  static Result<std::unique_ptr<PosixDataStore>> OpenDir(const std::string& dir,
+                                                         std::optional<RevocationMode> mode = std::nullopt);
 
   Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override;
   Status Remove(uint64_t ino) override;
@@ -53,13 +57,32 @@ class PosixDataStore final : public DataStore {
   Result<std::vector<uint64_t>> List() override;
   Result<Space> Capacity() override;
 
+  // Writer grants (posix_write_grant.cc). The mode is chosen once, when the
+  // store opens, by trying the immutable flag on a scratch file in dir.
+  RevocationMode revocation_mode() const override { return mode_; }
+  Result<WriteGrant> GrantWrite(uint64_t ino) override;
+  Status RevokeWrite(WriteGrant* grant) override;
+  Status Unseal(uint64_t ino, bool keep_contents) override;
+
   // dir/<ino as 16 lower-case hex digits>.
   std::string PathOf(uint64_t ino) const;
 
  private:
-  explicit PosixDataStore(std::string dir) : dir_(std::move(dir)) {}
+  PosixDataStore(std::string dir, RevocationMode mode) : dir_(std::move(dir)), mode_(mode) {}
 
   const std::string dir_;
+  const RevocationMode mode_;
 };
+
+// Which RevocationMode dir's filesystem supports for this process: sets
+// FS_IMMUTABLE_FL on an anonymous file there and checks that a descriptor
+// opened before refuses pwrite and ftruncate afterwards.
+RevocationMode ProbeRevocationMode(const std::string& dir);
+
+// Removes replacement files a crash left in dir during Unseal.
+void RemoveLeftoverReplacements(const std::string& dir);
+
+// Sets or clears FS_IMMUTABLE_FL on the file fd refers to (any access mode).
+Status SetImmutable(int fd, bool immutable);
 
 }  // namespace ckptfs

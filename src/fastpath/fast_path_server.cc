@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "fastpath/wire.h"
@@ -16,7 +17,14 @@ namespace ckptfs {
 
 namespace {
 
-constexpr size_t kMaxConnections = 1024;
+// How long a connection's thread waits for a packet: an idle connection is
+// closed, one that holds an open file waits for its CLOSE (0 = forever).
+void SetReceiveTimeout(int conn, int64_t ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+  (void)setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
 
 Result<FileSystem::FastPathCaller> PeerOf(int conn) {
   ucred cred{};
@@ -83,7 +91,8 @@ Result<int> Listen(const std::string& path) {
 
 }  // namespace
 
-Result<std::unique_ptr<FastPathServer>> FastPathServer::Start(const std::string& socket_path, FileSystem* fs) {
+Result<std::unique_ptr<FastPathServer>> FastPathServer::Start(const std::string& socket_path, FileSystem* fs,
+                                                              FastPathLimits limits) {
   auto fd = Listen(socket_path);
   if (!fd.ok()) return fd.status();
   int wake[2];
@@ -91,13 +100,19 @@ Result<std::unique_ptr<FastPathServer>> FastPathServer::Start(const std::string&
     close(*fd);
     return Status::FromErrno("writer socket: pipe");
   }
-  std::unique_ptr<FastPathServer> server(new FastPathServer(socket_path, fs, *fd, wake));
+  std::unique_ptr<FastPathServer> server(new FastPathServer(socket_path, fs, limits, *fd, wake));
   server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
 
-FastPathServer::FastPathServer(std::string path, FileSystem* fs, int listen_fd, int wake_fd[2])
-    : path_(std::move(path)), fs_(fs), listen_fd_(listen_fd), wake_read_(wake_fd[0]), wake_write_(wake_fd[1]) {}
+FastPathServer::FastPathServer(std::string path, FileSystem* fs, FastPathLimits limits, int listen_fd,
+                               int wake_fd[2])
+    : path_(std::move(path)),
+      fs_(fs),
+      limits_(limits),
+      listen_fd_(listen_fd),
+      wake_read_(wake_fd[0]),
+      wake_write_(wake_fd[1]) {}
 
 FastPathServer::~FastPathServer() {
   stopping_ = true;
@@ -127,19 +142,43 @@ void FastPathServer::AcceptLoop() {
     ReapFinished();
     const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (conn < 0) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (connections_.size() >= kMaxConnections) {
-      (void)wire::Send(conn, wire::ErrorFields(Status::Error(EAGAIN, "too many writer connections; retry")));
+    auto who = PeerOf(conn);
+    if (!who.ok()) {
+      (void)wire::Send(conn, wire::ErrorFields(who.status()));
       close(conn);
       continue;
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const std::string why = RefusalLocked(who->uid); !why.empty()) {
+      (void)wire::Send(conn, wire::ErrorFields(Status::Error(EAGAIN, why)));
+      close(conn);
+      continue;
+    }
+    per_user_[who->uid]++;
+    if (who->uid != 0) others_++;
     Connection& c = connections_.emplace_back();
     c.fd = conn;
-    c.thread = std::thread([this, &c] {
-      Serve(c.fd);
+    c.uid = who->uid;
+    c.thread = std::thread([this, &c, caller = std::move(who).value()] {
+      Serve(c.fd, caller);
+      // The peer sees the end now, not when the acceptor next reaps.
+      shutdown(c.fd, SHUT_RDWR);
       c.done = true;
     });
   }
+}
+
+std::string FastPathServer::RefusalLocked(uint32_t uid) const {
+  auto it = per_user_.find(uid);
+  const size_t mine = it == per_user_.end() ? 0 : it->second;
+  if (mine >= limits_.max_per_user) {
+    return "too many writer connections from uid " + std::to_string(uid) + " (" + std::to_string(mine) +
+           ", the limit per user); write through the mount";
+  }
+  if (uid != 0 && others_ >= limits_.max_connections) {
+    return "too many writer connections (" + std::to_string(others_) + "); write through the mount";
+  }
+  return "";
 }
 
 void FastPathServer::ReapFinished() {
@@ -148,6 +187,8 @@ void FastPathServer::ReapFinished() {
     if (it->done) {
       it->thread.join();
       close(it->fd);
+      if (--per_user_[it->uid] == 0) per_user_.erase(it->uid);
+      if (it->uid != 0) others_--;
       it = connections_.erase(it);
     } else {
       ++it;
@@ -155,12 +196,20 @@ void FastPathServer::ReapFinished() {
   }
 }
 
-void FastPathServer::Serve(int conn) {
+void FastPathServer::Serve(int conn, const FileSystem::FastPathCaller& who) {
   auto reply_error = [conn](const Status& st) { (void)wire::Send(conn, wire::ErrorFields(st)); };
-  auto who = PeerOf(conn);
-  if (!who.ok()) return reply_error(who.status());
+  if (limits_.idle_timeout_ms > 0) SetReceiveTimeout(conn, limits_.idle_timeout_ms);
   auto open = wire::Receive(conn);
-  if (!open.ok()) return;
+  if (!open.ok()) {
+    if (open.err() == EAGAIN || open.err() == EWOULDBLOCK) {
+      char why[96];
+      std::snprintf(why, sizeof why, "writer connection idle for %.3g s without a request; closed",
+                    static_cast<double>(limits_.idle_timeout_ms) / 1000.0);
+      reply_error(Status::Error(ETIMEDOUT, why));
+    }
+    return;
+  }
+  SetReceiveTimeout(conn, 0);
   if (open->fd >= 0) close(open->fd);
   const auto& f = open->fields;
   if (f.size() != 4 || f[0] != wire::kOpen) {
@@ -174,36 +223,38 @@ void FastPathServer::Serve(int conn) {
   }
   auto mode = wire::ParseNumber(f[2]);
   if (!mode.ok()) return reply_error(mode.status());
-  auto file = fs_->OpenForFastPath(*who, f[3], static_cast<uint32_t>(*mode & 07777));
+  auto file = fs_->OpenForFastPath(who, f[3], static_cast<uint32_t>(*mode & 07777));
   if (!file.ok()) return reply_error(file.status());
-  Status sent = wire::Send(conn, {wire::kOk, std::to_string(file->ino)}, file->fd);
-  close(file->fd);
-  Status outcome = sent;
+  Status sent = wire::Send(conn, {wire::kOk, std::to_string(file->ino)}, file->grant.client_fd);
+  close(file->grant.client_fd);
+  file->grant.client_fd = -1;
   if (sent.ok()) {
     auto close_msg = wire::Receive(conn);
     if (close_msg.ok() && close_msg->fd >= 0) close(close_msg->fd);
     if (!close_msg.ok()) {
-      outcome = close_msg.status();  // the client died or gave up
+      // The client died or gave up: abandoned below.
     } else if (close_msg->fields.size() != 3 || close_msg->fields[0] != wire::kClose) {
-      outcome = Status::Error(EPROTO, "writer socket: expected CLOSE");
-      reply_error(outcome);
+      reply_error(Status::Error(EPROTO, "writer socket: expected CLOSE"));
     } else {
       auto size = wire::ParseNumber(close_msg->fields[1]);
       auto crc = wire::ParseNumber(close_msg->fields[2]);
-      outcome = !size.ok() ? size.status() : !crc.ok() ? crc.status() : Status::Ok();
+      Status outcome = !size.ok() ? size.status() : !crc.ok() ? crc.status() : Status::Ok();
       if (outcome.ok() && *crc > UINT32_MAX) outcome = Status::Error(EPROTO, "writer socket: bad CRC32C");
-      if (outcome.ok()) outcome = fs_->FinishFastPath(file->fh, *size, static_cast<uint32_t>(*crc));
-      // The reply waits for Release: a commit marker written through the
-      // fast path has asked for its commit when the client's close returns.
-      Status released = fs_->Release(file->fh);
-      file->fh = nullptr;
-      if (outcome.ok()) outcome = released;
+      if (outcome.ok()) {
+        outcome = fs_->FinishFastPath(&*file, *size, static_cast<uint32_t>(*crc));
+        // The reply waits for Release: a commit marker written through the
+        // fast path has asked for its commit when the client's close returns.
+        Status released = fs_->Release(file->fh);
+        file->fh = nullptr;
+        if (outcome.ok()) outcome = released;
+      }
       (void)wire::Send(conn, outcome.ok() ? std::vector<std::string>{wire::kOk} : wire::ErrorFields(outcome));
     }
   }
   if (file->fh) {
-    // Abandoned: the file keeps what the client wrote, unchecksummed.
-    (void)fs_->AbandonFastPath(file->fh);
+    // Abandoned: the file keeps what the client wrote, unchecksummed, and
+    // the client's descriptor writes it no more.
+    (void)fs_->AbandonFastPath(&*file);
     (void)fs_->Release(file->fh);
   }
 }

@@ -226,6 +226,13 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   // Durability of every file before the batch that says they are committed.
   for (const auto& f : plan->files) {
     auto file = fs_->OpenBacking(f.ino);
+    // A fast-path file changed around the daemon after its writer closed
+    // it holds bytes nobody vouches for: the step is broken, not committed.
+    Status changed = file.ok() ? fs_->CheckUnchangedSinceClose(f.ino, file->get()) : Status::Ok();
+    if (!changed.ok()) {
+      fs_->AbortCommit(step_ino, changed, /*waiting=*/false, /*broken=*/true);
+      return;
+    }
     Status st = file.ok() ? (*file)->Sync() : file.status();
     if (!st.ok()) {
       fs_->AbortCommit(step_ino, st.Annotate("fsync of " + f.path), false, false);

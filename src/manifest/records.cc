@@ -341,6 +341,10 @@ std::string EncodeChecksum(const ChecksumRecord& rec) {
   e.U64(rec.size);
   e.U64(static_cast<uint64_t>(rec.mtime_ns));
   e.U32(rec.crc32c);
+  if (rec.backing_inode != 0) {
+    e.U64(rec.backing_inode);
+    e.U64(static_cast<uint64_t>(rec.backing_ctime_ns));
+  }
   return std::move(e).Finish();
 }
 
@@ -351,6 +355,10 @@ Result<ChecksumRecord> DecodeChecksum(std::string_view value) {
   rec.size = d.U64();
   rec.mtime_ns = static_cast<int64_t>(d.U64());
   rec.crc32c = d.U32();
+  if (d.HasMore()) {
+    rec.backing_inode = d.U64();
+    rec.backing_ctime_ns = static_cast<int64_t>(d.U64());
+  }
   if (!d.Done()) return Corrupt("checksum");
   return rec;
 }

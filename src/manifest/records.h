@@ -132,6 +132,11 @@ struct ChecksumRecord {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   uint32_t crc32c = 0;
+  // The backing file as the daemon left it at close (BackingFile::Identity),
+  // to notice a later change around the daemon; 0 = not known (records of
+  // older daemons, data stores without identities).
+  uint64_t backing_inode = 0;
+  int64_t backing_ctime_ns = 0;
 
   bool operator==(const ChecksumRecord&) const = default;
 };

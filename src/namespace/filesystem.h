@@ -496,11 +496,13 @@ class FileSystem {
     std::vector<uint32_t> groups;  // supplementary
   };
   // A file opened for a writer-library client: fh counts as a FUSE open for
-  // writing (commit waits, uploads wait) until Release; fd is a descriptor
-  // of the backing file, owned by the caller, to pass to the client.
+  // writing (commit waits, uploads wait) until Release; grant.client_fd is
+  // a write-only descriptor, owned by the caller, to pass to the client
+  // (the backing file itself or a staging file, per the data store's
+  // RevocationMode).
   struct FastPathFile {
     FileHandle* fh = nullptr;
-    int fd = -1;
+    WriteGrant grant;
     uint64_t ino = 0;
   };
   // The socket the daemon serves the fast path on, shown to clients as the
@@ -510,13 +512,23 @@ class FileSystem {
   // "." or ".." names) with the kernel's permission checks for who; mode is
   // the new file's permissions (the client's umask applied).
   Result<FastPathFile> OpenForFastPath(const FastPathCaller& who, const std::string& path, uint32_t mode);
-  // The client wrote size bytes with this CRC32C and synced them: checks the
-  // backing file's size, records size and checksum (synced), and drops the
-  // kernel's cached pages and attributes. The caller then calls Release(fh).
-  Status FinishFastPath(FileHandle* fh, uint64_t size, uint32_t crc32c);
-  // The client went away without closing: the file takes the size its
-  // backing file has, with no checksum. The caller then calls Release(fh).
-  Status AbandonFastPath(FileHandle* fh);
+  // The client says it wrote size bytes with this CRC32C and synced them.
+  // Revokes the client's write access first, then computes the file's
+  // CRC32C itself and records it (synced) with what the backing file is
+  // now (Identity, for CheckUnchangedSinceClose), and drops the kernel's
+  // cached pages and attributes. A size or checksum that differs from the
+  // client's is EIO (and a checksum_mismatch event); the recorded checksum
+  // is always the daemon's. The caller then calls Release(fh).
+  Status FinishFastPath(FastPathFile* file, uint64_t size, uint32_t crc32c);
+  // The client went away without closing: its access is revoked and the
+  // file takes the size its backing file has, with no checksum. The caller
+  // then calls Release(fh).
+  Status AbandonFastPath(FastPathFile* file);
+  // At commit: EIO when the backing file of ino (file) is no longer what it
+  // was when its fast-path writer closed it (another inode, size or change
+  // time): it was changed around the daemon, and the step must not commit
+  // as good. Ok for files the daemon wrote itself or that were rewritten.
+  Status CheckUnchangedSinceClose(uint64_t ino, BackingFile* file);
 
   const FileSystemOptions& options() const { return options_; }
   // Counters for /.ckptfs/metrics; the commit coordinator records latency.
@@ -704,6 +716,8 @@ class FileSystem {
   // with ranges fetched later. EIO when the remote cannot serve it.
   Status MakeLocalForWriteLocked(std::unique_lock<std::mutex>& lock, uint64_t ino);
 
+  // CRC32C of the first size bytes of file (filesystem_fast_path.cc).
+  static Result<uint32_t> Crc32cOfBacking(BackingFile* file, uint64_t size);
   // Fast-path helpers (filesystem_fast_path.cc); REQUIRES: mu_ held.
   void LoadChecksums(Status* decode_error);
   void ForgetChecksumLocked(Inode* inode, ManifestBatch* batch);

@@ -74,6 +74,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
     // Growing a file reserves nothing on disk (sparse), but a trainer that
     // truncates up then writes is writing data: refused within the reserve.
     if (*req.size > inode->rec.size) CKPTFS_RETURN_IF_ERROR(reserve_->Admit(*req.size - inode->rec.size));
+    CKPTFS_RETURN_IF_ERROR(data_->Unseal(ino, /*keep_contents=*/*req.size > 0));
     std::unique_ptr<BackingFile> own;
     BackingFile* file = fh && fh->file ? fh->file.get() : nullptr;
     if (!file) {

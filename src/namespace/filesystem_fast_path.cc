@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/crc32c.h"
 #include "namespace/file_handle.h"
 #include "namespace/filesystem.h"
 
@@ -139,27 +140,53 @@ Result<FileSystem::FastPathFile> FileSystem::OpenForFastPath(const FastPathCalle
     Forget(created->first.ino, 1);
   }
   FileHandle* fh = opened.fh;
-  // The client gets a descriptor of its own (its own file description), so
-  // the O_DIRECT it sets does not change ours.
-  auto own = data_->Open(fh->ino, /*create=*/false);
-  int fd = -1;
-  if (own.ok() && (*own)->fd() >= 0) fd = fcntl((*own)->fd(), F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) {
+  // Write-only, and of a file the daemon can take back at CLOSE (see
+  // RevocationMode): the client never gets to read through it, map it, or
+  // change the file after it has closed.
+  auto grant = data_->GrantWrite(fh->ino);
+  if (!grant.ok()) {
     (void)Release(fh);
-    if (!own.ok()) return own.status().Annotate("fast path: opening the backing file");
-    return Status::Error(ENOTSUP, "fast path: the data store has no file descriptors to hand out");
+    return grant.status().Annotate("fast path");
   }
-  return FastPathFile{fh, fd, fh->ino};
+  return FastPathFile{fh, *grant, fh->ino};
 }
 
-Status FileSystem::FinishFastPath(FileHandle* fh, uint64_t size, uint32_t crc32c) {
+Result<uint32_t> FileSystem::Crc32cOfBacking(BackingFile* file, uint64_t size) {
+  // The library writes with O_DIRECT, so the bytes are usually read back
+  // from the disk: sequential readahead, large reads. (The upload reads
+  // them next and finds them cached.)
+  constexpr size_t kChunk = 4 << 20;
+  if (file->fd() >= 0) (void)posix_fadvise(file->fd(), 0, static_cast<off_t>(size), POSIX_FADV_SEQUENTIAL);
+  std::vector<char> buf(kChunk);
+  uint32_t crc = 0;
+  for (uint64_t off = 0; off < size;) {
+    auto n = file->PRead(buf.data(), static_cast<size_t>(std::min<uint64_t>(kChunk, size - off)), off);
+    if (!n.ok()) return n.status();
+    if (*n == 0) return Status::Error(EIO, "the backing file ended early");
+    crc = Crc32c(crc, buf.data(), *n);
+    off += *n;
+  }
+  return crc;
+}
+
+Status FileSystem::FinishFastPath(FastPathFile* file, uint64_t size, uint32_t crc32c) {
+  FileHandle* fh = file->fh;
+  // Revoked before anything is measured: what is checked below stays so.
+  Status revoked = data_->RevokeWrite(&file->grant);
+  if (!revoked.ok()) return revoked.Annotate("fast path: revoking the writer's access");
   auto actual = fh->file->Size();
   if (!actual.ok()) return actual.status().Annotate("fast path: size of the backing file");
   if (*actual != size) {
     return Status::Error(EIO, "fast path: the writer reported " + std::to_string(size) +
                                   " bytes but the file holds " + std::to_string(*actual));
   }
+  // The daemon's own checksum is the one recorded: a client's value is
+  // only compared with it.
+  auto computed = Crc32cOfBacking(fh->file.get(), size);
+  if (!computed.ok()) return computed.status().Annotate("fast path: checksum of the backing file");
+  auto identity = fh->file->Stat();
   InvalidateInodeFn invalidate;
+  std::string mismatch;
   {
     std::lock_guard<std::mutex> lock(mu_);
     CKPTFS_RETURN_IF_ERROR(CheckHealthy());
@@ -168,7 +195,12 @@ Status FileSystem::FinishFastPath(FileHandle* fh, uint64_t size, uint32_t crc32c
     inode->rec.size = size;
     inode->rec.mtime = inode->rec.ctime = clock_->Now();
     inode->dirty = false;
-    inode->checksum = ChecksumRecord{size, TimespecToNanos(inode->rec.mtime), crc32c};
+    ChecksumRecord rec{size, TimespecToNanos(inode->rec.mtime), *computed};
+    if (identity.ok()) {
+      rec.backing_inode = identity->inode;
+      rec.backing_ctime_ns = identity->ctime_ns;
+    }
+    inode->checksum = rec;
     ManifestBatch batch;
     PutInode(*inode, &batch);
     if (inode->rec.nlink > 0) batch.Put(KeySpace::kChecksums, InoKey(fh->ino), EncodeChecksum(*inode->checksum));
@@ -177,29 +209,64 @@ Status FileSystem::FinishFastPath(FileHandle* fh, uint64_t size, uint32_t crc32c
     CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
     metrics_.writer_fastpath_bytes += size;
     metrics_.writer_fastpath_files++;
+    if (*computed != crc32c) {
+      const std::string path = PathOfLocked(fh->ino);
+      mismatch = "the writer reported CRC32C " + Hex8(crc32c) + " but the file holds " + Hex8(*computed);
+      events_->Append({{"event", "error"}, {"kind", "checksum_mismatch"}, {"path", path}, {"error", mismatch}});
+      mismatch = path + ": " + mismatch;
+    }
     invalidate = invalidate_inode_;
   }
   // Pages and attributes the kernel cached before the client wrote around
   // FUSE are stale now.
   if (invalidate) invalidate(fh->ino);
+  if (!mismatch.empty()) return Status::Error(EIO, "fast path: " + mismatch);
   return Status::Ok();
 }
 
-Status FileSystem::AbandonFastPath(FileHandle* fh) {
+Status FileSystem::AbandonFastPath(FastPathFile* file) {
+  FileHandle* fh = file->fh;
+  // A client that went away must not keep writing either.
+  Status revoked = data_->RevokeWrite(&file->grant);
   auto actual = fh->file->Size();
   if (!actual.ok()) return actual.status().Annotate("fast path: size of the backing file");
   InvalidateInodeFn invalidate;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Inode* inode = Find(fh->ino);
-    if (!inode) return Status::Ok();
+    if (!inode) return revoked;
     inode->rec.size = *actual;
     inode->rec.mtime = inode->rec.ctime = clock_->Now();
     inode->dirty = true;  // Release writes the record
     invalidate = invalidate_inode_;
   }
   if (invalidate) invalidate(fh->ino);
-  return Status::Ok();
+  return revoked.Annotate("fast path: revoking an abandoned writer's access");
+}
+
+Status FileSystem::CheckUnchangedSinceClose(uint64_t ino, BackingFile* file) {
+  auto now = file->Stat();
+  if (!now.ok()) return now.err() == ENOTSUP ? Status::Ok() : now.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* inode = Find(ino);
+  if (!inode || !inode->checksum || inode->checksum->backing_inode == 0) return Status::Ok();
+  const ChecksumRecord& at_close = *inode->checksum;
+  // Written again through the mount since: the daemon made that version.
+  if (at_close.size != inode->rec.size || at_close.mtime_ns != TimespecToNanos(inode->rec.mtime)) {
+    return Status::Ok();
+  }
+  if (now->inode == at_close.backing_inode && now->size == at_close.size &&
+      now->ctime_ns == at_close.backing_ctime_ns) {
+    return Status::Ok();
+  }
+  std::string what = now->inode != at_close.backing_inode ? "its backing file was replaced"
+                     : now->size != at_close.size
+                         ? "its backing file went from " + std::to_string(at_close.size) + " to " +
+                               std::to_string(now->size) + " bytes"
+                         : "its backing file was modified";
+  const std::string path = PathOfLocked(ino);
+  events_->Append({{"event", "error"}, {"kind", "changed_after_close"}, {"path", path}, {"error", what}});
+  return Status::Error(EIO, path + " changed outside ckptfs after its writer closed it: " + what);
 }
 
 void FileSystem::LoadChecksums(Status* decode_error) {

@@ -53,6 +53,10 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
   // A backing file lost in a crash before it was synced reads as empty.
   // Data only in the remote is fetched into a (sparse) backing file.
   const bool remote_only = inode->object && !inode->object->resident;
+  // A file a fast-path writer closed is sealed against its descriptor; the
+  // daemon's own rewrite gets a fresh backing file (the old one's bytes are
+  // kept unless this open truncates).
+  if (write) CKPTFS_RETURN_IF_ERROR(data_->Unseal(ino, /*keep_contents=*/!truncate));
   auto file = data_->Open(ino, /*create=*/!inode->rec.sealed || remote_only);
   if (!file.ok()) return file.status().Annotate("opening backing file");
   if (truncate && inode->rec.size > 0) {

@@ -6,7 +6,10 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -35,6 +38,18 @@ int ConnectTo(const std::string& path) {
     return -1;
   }
   return fd;
+}
+
+// A daemon that refuses the fast path (its per-user connection limit, an
+// idle timeout) or cannot be reached: the library writes through the mount,
+// which is correct and slower, and says so on stderr once per process (a
+// training job opens thousands of files; one line is enough to explain
+// the speed).
+void WarnFallbackOnce(const std::string& why) {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  std::fprintf(stderr, "ckptfs-writer: fast path unavailable (%s); writing through the mount instead\n",
+               why.c_str());
 }
 
 }  // namespace
@@ -79,19 +94,32 @@ Result<std::optional<FastPathSession>> FastPathSession::Open(const std::string& 
   auto mount = FindMountSocket(absolute_dir);
   if (!mount) return std::optional<FastPathSession>();
   const int sock = ConnectTo(mount->socket_path);
-  if (sock < 0) return std::optional<FastPathSession>();  // daemon without a socket: fall back
+  if (sock < 0) {
+    WarnFallbackOnce("cannot connect to " + mount->socket_path + ": " + std::strerror(errno));
+    return std::optional<FastPathSession>();
+  }
   const std::string rel = mount->relative_dir.empty() ? name : mount->relative_dir + "/" + name;
-  Status st_send = wire::Send(sock, {wire::kOpen, std::to_string(wire::kProtocolVersion), std::to_string(mode), rel});
-  auto reply = st_send.ok() ? wire::Receive(sock) : Result<wire::Message>(st_send);
+  // A daemon that refuses the connection sends its reason and closes at
+  // once: the reason is read even when our request could not be sent.
+  (void)wire::Send(sock, {wire::kOpen, std::to_string(wire::kProtocolVersion), std::to_string(mode), rel});
+  auto reply = wire::Receive(sock);
   if (!reply.ok()) {
     close(sock);
-    return std::optional<FastPathSession>();  // the daemon went away: fall back
+    WarnFallbackOnce("the daemon closed the connection: " + reply.status().message());
+    return std::optional<FastPathSession>();
   }
   Status verdict = wire::ReplyStatus(*reply);
   if (verdict.err() == EPROTONOSUPPORT || verdict.err() == EPROTO) {
     close(sock);
     if (reply->fd >= 0) close(reply->fd);
     return std::optional<FastPathSession>();  // another protocol version
+  }
+  // Refusals about the fast path itself, not about the file.
+  if (verdict.err() == EAGAIN || verdict.err() == ETIMEDOUT || verdict.err() == ENOTSUP) {
+    close(sock);
+    if (reply->fd >= 0) close(reply->fd);
+    WarnFallbackOnce(verdict.message());
+    return std::optional<FastPathSession>();
   }
   if (!verdict.ok()) {
     close(sock);
