@@ -8,17 +8,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "data/posix_data_store.h"
 #include "maintenance/fsck.h"
 #include "maintenance/fsck_report.h"
 #include "manifest/rocksdb_manifest_store.h"
+#include "tiering/open_remote.h"
 
 namespace ckptfs {
 
 const char* const kFsckUsage =
-    "usage: ckptfs fsck CACHE_DIR [--repair] [--crc] [--json]\n"
+    "usage: ckptfs fsck CACHE_DIR [--repair] [--crc [--remote URL [--s3-* ...]]] [--json]\n"
     "\n"
     "Checks an unmounted ckptfs cache: every manifest record decodes, the directory\n"
     "tree is consistent, every local file has a backing file of its recorded size,\n"
@@ -30,6 +32,14 @@ const char* const kFsckUsage =
     "            data is reported, never deleted\n"
     "  --crc     also recompute the CRC32C of committed files the remote holds\n"
     "            and compare it with the one recorded at upload (reads all of it)\n"
+    "  --remote URL  with --crc: the mount's remote (s3://BUCKET/PREFIX or file:///DIR);\n"
+    "            every committed file's remote object is read and checked as well,\n"
+    "            so fsck says which copy is bad: a corrupt local copy is re-fetched,\n"
+    "            a corrupt remote object re-uploaded (by the next mount), both\n"
+    "            corrupt is reported as lost; files with no local copy are checked\n"
+    "            in the remote alone\n"
+    "  --s3-endpoint URL, --s3-region REGION, --s3-addressing path|virtual\n"
+    "            as for ckptfs mount\n"
     "  --json    print the report as one JSON document\n"
     "\n"
     "Exit status: 0 clean; 1 problems found (and not all repaired); 2 usage or\n"
@@ -97,6 +107,7 @@ int FsckCommand(int argc, char** argv) {
   bool repair = false;
   bool json = false;
   FsckOptions options;
+  RemoteSpec remote;
   std::string cache;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -110,6 +121,16 @@ int FsckCommand(int argc, char** argv) {
       json = true;
     } else if (arg == "--crc") {
       options.verify_crc = true;
+    } else if (arg == "--remote" || arg == "--s3-endpoint" || arg == "--s3-region" || arg == "--s3-addressing") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "ckptfs fsck: %s needs a value\n%s", arg.c_str(), kFsckUsage);
+        return kFsckOperational;
+      }
+      const std::string value = argv[++i];
+      if (arg == "--remote") remote.url = value;
+      if (arg == "--s3-endpoint") remote.s3_endpoint = value;
+      if (arg == "--s3-region") remote.s3_region = value;
+      if (arg == "--s3-addressing") remote.s3_addressing = value;
     } else if (!arg.empty() && arg[0] == '-') {
       std::fprintf(stderr, "ckptfs fsck: unknown option '%s'\n%s", arg.c_str(), kFsckUsage);
       return kFsckOperational;
@@ -124,6 +145,20 @@ int FsckCommand(int argc, char** argv) {
   if (cache.empty()) {
     std::fputs(kFsckUsage, stderr);
     return kFsckOperational;
+  }
+  std::unique_ptr<ObjectStore> store;
+  if (!remote.url.empty() || !remote.s3_endpoint.empty() || !remote.s3_region.empty() ||
+      !remote.s3_addressing.empty()) {
+    if (!options.verify_crc || remote.url.empty()) {
+      std::fprintf(stderr, "ckptfs fsck: --remote and the --s3-* options go with --crc --remote URL\n%s", kFsckUsage);
+      return kFsckOperational;
+    }
+    Status valid = ValidateRemoteSpec(remote);
+    if (!valid.ok()) return Operational(valid.message());
+    auto opened = OpenRemote(remote);
+    if (!opened.ok()) return Operational("cannot open the remote: " + opened.status().message());
+    store = std::move(opened).value();
+    options.remote = store.get();
   }
   char* real = ::realpath(cache.c_str(), nullptr);
   if (!real) return Operational(cache + ": " + std::strerror(errno));
@@ -172,6 +207,7 @@ int FsckCommand(int argc, char** argv) {
     j["cache"] = dir;
     j["repair"] = repair;
     j["crc"] = options.verify_crc;
+    if (store) j["remote"] = store->Describe();
     if (!repaired.ok()) {
       j["repair_error"] = repaired.message();
       j["exit_code"] = kFsckOperational;

@@ -1,7 +1,9 @@
 #include "common/crc32c.h"
+#include "common/crc32c_chunks.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 
@@ -55,3 +57,29 @@ TEST(Crc32c, CombineJoinsIndependentChecksums) {
 
 }  // namespace
 }  // namespace ckptfs
+
+TEST(Crc32cChunks, ChunksAndWholeMatchOnePassWhateverThePieces) {
+  std::mt19937 rng(7);
+  std::string data(10'000, '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  for (size_t piece : {1u, 7u, 1000u, 4096u, 10'000u}) {
+    ckptfs::ChunkCrc32c sums(4096);
+    for (size_t at = 0; at < data.size(); at += piece) {
+      sums.Add(data.data() + at, std::min(piece, data.size() - at));
+    }
+    EXPECT_EQ(sums.bytes(), data.size());
+    EXPECT_EQ(sums.Whole(), ckptfs::Crc32c(0, data.data(), data.size()));
+    const std::vector<uint32_t> chunks = sums.Chunks();
+    ASSERT_EQ(chunks.size(), 3u);
+    EXPECT_EQ(chunks[0], ckptfs::Crc32c(0, data.data(), 4096));
+    EXPECT_EQ(chunks[1], ckptfs::Crc32c(0, data.data() + 4096, 4096));
+    EXPECT_EQ(chunks[2], ckptfs::Crc32c(0, data.data() + 8192, data.size() - 8192));
+  }
+  ckptfs::ChunkCrc32c empty(4096);
+  EXPECT_EQ(empty.Whole(), 0u);
+  EXPECT_TRUE(empty.Chunks().empty());
+  empty.Add("abc", 3);
+  empty.Reset();
+  EXPECT_EQ(empty.bytes(), 0u);
+  EXPECT_TRUE(empty.Chunks().empty());
+}

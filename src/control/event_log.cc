@@ -57,7 +57,7 @@ const char* LogLevelName(LogLevel level) {
 LogLevel EventLog::LevelOf(const nlohmann::json& event) {
   const std::string kind = event.value("event", "");
   const std::string suffix = "_error";
-  if (kind == "error" ||
+  if (kind == "error" || kind == "checksum_mismatch" ||
       (kind.size() > suffix.size() && kind.compare(kind.size() - suffix.size(), suffix.size(), suffix) == 0)) {
     return LogLevel::kError;
   }

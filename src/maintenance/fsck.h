@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "data/data_store.h"
 #include "manifest/manifest_store.h"
+#include "remote/object_store.h"
 #include "manifest/records.h"
 
 namespace ckptfs {
@@ -56,6 +57,13 @@ struct FsckOptions {
   // and compare it with the recorded one. Reads all of that data, so it is
   // opt-in (`--crc`).
   bool verify_crc = false;
+  // With verify_crc: the remote the cache's mount uses (`--remote URL`).
+  // Each committed file's object is read and checked too, so a bad copy is
+  // told from a good one: a corrupt local copy is made remote-only (reads
+  // fetch it again), a corrupt remote object is queued for re-upload, both
+  // corrupt is reported as lost. Files with no local copy are checked in
+  // the remote alone. Without it, a local mismatch is only reported.
+  ObjectStore* remote = nullptr;
 };
 
 // One group of fixes: a manifest batch written synced, then backing files
@@ -79,6 +87,8 @@ struct FsckCounts {
   uint64_t backing_files = 0;
   uint64_t crc_files = 0;  // files whose CRC32C was recomputed (--crc)
   uint64_t crc_bytes = 0;
+  uint64_t remote_crc_files = 0;  // remote objects read and checked (--crc --remote)
+  uint64_t remote_crc_bytes = 0;
 };
 
 struct FsckReport {

@@ -24,6 +24,10 @@ std::string RenderFsckText(const FsckReport& report) {
     out += "fsck: CRC32C recomputed for " + std::to_string(c.crc_files) + " committed files (" +
            std::to_string(c.crc_bytes) + " bytes)\n";
   }
+  if (c.remote_crc_files > 0) {
+    out += "fsck: CRC32C checked for " + std::to_string(c.remote_crc_files) + " remote objects (" +
+           std::to_string(c.remote_crc_bytes) + " bytes)\n";
+  }
   if (!report.repair_blocked.empty()) out += "fsck: --repair withheld: " + report.repair_blocked + "\n";
   out += "fsck: " + std::to_string(c.files) + " files, " + std::to_string(c.steps) + " steps checked; " +
          std::to_string(report.errors()) + " errors, " + std::to_string(report.warnings()) + " warnings, " +
@@ -53,7 +57,9 @@ nlohmann::json FsckReportJson(const FsckReport& report) {
             {"committed_steps", c.committed_steps},
             {"backing_files", c.backing_files},
             {"crc_files", c.crc_files},
-            {"crc_bytes", c.crc_bytes}}},
+            {"crc_bytes", c.crc_bytes},
+            {"remote_crc_files", c.remote_crc_files},
+            {"remote_crc_bytes", c.remote_crc_bytes}}},
           {"errors", report.errors()},
           {"warnings", report.warnings()},
           {"repaired", report.repaired()},

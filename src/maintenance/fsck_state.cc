@@ -255,6 +255,15 @@ void MarkRemoteOnly(State& st, uint64_t ino) {
   st.Put(kFilesGroup, KeySpace::kObjects, InoKey(ino), EncodeObject(obj));
 }
 
+void QueueReupload(State& st, uint64_t ino) {
+  const ObjectRecord& obj = st.objects.at(ino);
+  UploadRecord rec;
+  rec.size = obj.size;
+  rec.mtime_ns = obj.mtime_ns;  // the version the object record holds is the file's current one
+  st.uploads[ino] = rec;
+  st.Put(kFilesGroup, KeySpace::kUploads, InoKey(ino), EncodeUpload(rec));
+}
+
 std::set<uint64_t> CommittedFiles(const State& st) {
   std::set<uint64_t> out;
   for (const auto& [ino, rec] : st.steps) {

@@ -125,6 +125,20 @@ const ObjectRecord* CurrentObject(const State& st, uint64_t ino);
 void MarkRemoteOnly(State& st, uint64_t ino);
 inline constexpr const char* kRemoteOnlyRepair =
     "mark it remote-only: reads fetch it from the remote (mount with --remote)";
+// What the remote holds of a file (fsck_remote.cc): good when the object
+// has the recorded size and CRC32C(s); detail says what is wrong otherwise.
+// An error only when the remote could not be read (not for a missing object).
+struct RemoteCopy {
+  bool good = false;
+  std::string detail;
+};
+Result<RemoteCopy> CheckRemoteCopy(ObjectStore* store, const ObjectRecord& obj);
+// Plans queueing the file's upload again (the daemon re-uploads it at the
+// next mount), for a remote object that is corrupt while the local copy is good.
+void QueueReupload(State& st, uint64_t ino);
+inline constexpr const char* kReuploadRepair =
+    "queue the file's upload again: the next mount with --remote re-uploads the good local copy";
+
 // Inodes of the regular files below a step directory, one per entry (a file
 // linked twice counts twice, as the commit does), with their paths relative
 // to the mount.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/crc32c.h"
+#include "remote/memory_object_store.h"
 #include "maintenance/fsck_report.h"
 #include "maintenance/fsck_state.h"
 #include "namespace/fs_test_env.h"
@@ -301,7 +302,16 @@ TEST(FsckTest, LostCommittedFileTheRemoteHoldsBecomesRemoteOnly) {
   EXPECT_TRUE(seen);
 }
 
-TEST(FsckTest, CrcIsOptInAndAMismatchMakesTheFileRemoteOnly) {
+FsckReport CheckWithRemote(FsEnv& env, ObjectStore* remote) {
+  FsckOptions options;
+  options.verify_crc = true;
+  options.remote = remote;
+  auto report = CheckCache(&env.manifest, &env.data, options);
+  EXPECT_TRUE(report.ok()) << report.status().ToString();
+  return report.ok() ? std::move(report).value() : FsckReport{};
+}
+
+TEST(FsckTest, CrcIsOptInAndALocalMismatchIsOnlyReportedWithoutTheRemote) {
   FsEnv env;
   const Cache c = WriteCache(env);
   env.Stop();
@@ -317,10 +327,105 @@ TEST(FsckTest, CrcIsOptInAndAMismatchMakesTheFileRemoteOnly) {
   ASSERT_EQ(report.findings.size(), 1u) << Describe(report);
   EXPECT_EQ(report.findings[0].path, "run/step1/sub/more");
   EXPECT_EQ(report.findings[0].check, "crc");
+  // Re-fetching is offered only once the remote copy is known to be good.
+  EXPECT_NE(report.findings[0].problem.find("the remote object was not checked"), std::string::npos)
+      << Describe(report);
+  EXPECT_TRUE(report.findings[0].repair.empty());
+  EXPECT_TRUE(report.plan.empty()) << Describe(report);
+}
+
+TEST(FsckTest, CrcWithTheRemoteReFetchesACorruptLocalCopy) {
+  FsEnv env;
+  const Cache c = WriteCache(env);
+  env.Stop();
+  RecordUpload(env, c.shard, "run/step1/shard", "committed shard bytes");
+  RecordUpload(env, c.more, "run/step1/sub/more", "more bytes");
+  MemoryObjectStore remote;
+  ASSERT_TRUE(remote.Put("run/step1/shard", "committed shard bytes").ok());
+  ASSERT_TRUE(remote.Put("run/step1/sub/more", "more bytes").ok());
+  ASSERT_TRUE((*env.data.Open(c.more, false))->PWrite("MORE", 4, 0).ok());
+
+  FsckReport report = CheckWithRemote(env, &remote);
+  EXPECT_EQ(report.counts.remote_crc_files, 2u);
+  ASSERT_EQ(report.findings.size(), 1u) << Describe(report);
+  EXPECT_NE(report.findings[0].problem.find("local copy corrupt (remote good: re-fetch fixes it)"), std::string::npos)
+      << Describe(report);
   ASSERT_TRUE(RepairCache(&env.manifest, &env.data, &report).ok());
   EXPECT_FALSE(DecodeObject(**env.manifest.Get(KeySpace::kObjects, InoKey(c.more)))->resident);
   EXPECT_TRUE(DecodeObject(**env.manifest.Get(KeySpace::kObjects, InoKey(c.shard)))->resident);
-  EXPECT_TRUE(Check(env, /*crc=*/true).findings.empty());
+  EXPECT_TRUE(CheckWithRemote(env, &remote).findings.empty());
+}
+
+TEST(FsckTest, CrcWithTheRemoteTellsACorruptRemoteObjectFromLostData) {
+  FsEnv env;
+  const Cache c = WriteCache(env);
+  env.Stop();
+  RecordUpload(env, c.shard, "run/step1/shard", "committed shard bytes");
+  RecordUpload(env, c.more, "run/step1/sub/more", "more bytes");
+  MemoryObjectStore remote;
+  // The shard was stored corrupt (the local copy is good); "more" is bad in both.
+  ASSERT_TRUE(remote.Put("run/step1/shard", "committed shard bytez").ok());
+  ASSERT_TRUE(remote.Put("run/step1/sub/more", "more byteZ").ok());
+  ASSERT_TRUE((*env.data.Open(c.more, false))->PWrite("MORE", 4, 0).ok());
+
+  FsckReport report = CheckWithRemote(env, &remote);
+  ASSERT_EQ(report.findings.size(), 2u) << Describe(report);
+  const FsckFinding* shard = FindingAt(report, "run/step1/shard");
+  ASSERT_NE(shard, nullptr) << Describe(report);
+  EXPECT_NE(shard->problem.find("remote object corrupt (local good: re-upload fixes it)"), std::string::npos);
+  EXPECT_NE(shard->problem.find("run/step1/shard"), std::string::npos);
+  const FsckFinding* more = FindingAt(report, "run/step1/sub/more");
+  ASSERT_NE(more, nullptr) << Describe(report);
+  EXPECT_NE(more->problem.find("committed data lost"), std::string::npos);
+  EXPECT_TRUE(more->repair.empty());
+  ASSERT_TRUE(RepairCache(&env.manifest, &env.data, &report).ok());
+  // The shard's upload is queued again for the next mount; "more" is left alone.
+  auto queued = env.manifest.Get(KeySpace::kUploads, InoKey(c.shard));
+  ASSERT_TRUE(queued.ok() && queued->has_value());
+  EXPECT_EQ(DecodeUpload(**queued)->size, 21u);
+  EXPECT_FALSE(env.manifest.Get(KeySpace::kUploads, InoKey(c.more))->has_value());
+  EXPECT_TRUE(DecodeObject(**env.manifest.Get(KeySpace::kObjects, InoKey(c.more)))->resident);
+}
+
+TEST(FsckTest, CrcWithTheRemoteChecksFilesWithNoLocalCopyPerRecordedChunk) {
+  FsEnv env;
+  const Cache c = WriteCache(env);
+  env.Stop();
+  // A cold cache: the shard is only in the remote, with chunk CRC32Cs.
+  const std::string bytes = "committed shard bytes";
+  const InodeRecord rec = GetInode(env.manifest, c.shard);
+  ObjectRecord obj;
+  obj.key = "run/step1/shard";
+  obj.size = rec.size;
+  obj.mtime_ns = TimespecToNanos(rec.mtime);
+  obj.crc32c = Crc32c(0, bytes.data(), bytes.size());
+  obj.chunk_size = 8;
+  for (size_t at = 0; at < bytes.size(); at += 8) {
+    const std::string chunk = bytes.substr(at, 8);
+    obj.chunk_crcs.push_back(Crc32c(0, chunk.data(), chunk.size()));
+  }
+  obj.resident = false;
+  PutRaw(env.manifest, KeySpace::kObjects, InoKey(c.shard), EncodeObject(obj));
+  MemoryObjectStore remote;
+  ASSERT_TRUE(remote.Put("run/step1/shard", bytes).ok());
+  FsckReport clean = CheckWithRemote(env, &remote);
+  EXPECT_TRUE(clean.findings.empty()) << Describe(clean);
+  EXPECT_EQ(clean.counts.remote_crc_files, 1u);
+  EXPECT_EQ(clean.counts.crc_files, 0u);
+
+  ASSERT_TRUE(remote.Put("run/step1/shard", "committed shard_bytes").ok());
+  FsckReport bad = CheckWithRemote(env, &remote);
+  ASSERT_EQ(bad.findings.size(), 1u) << Describe(bad);
+  EXPECT_NE(bad.findings[0].problem.find("committed data lost: remote object corrupt and no local copy"),
+            std::string::npos)
+      << Describe(bad);
+  EXPECT_NE(bad.findings[0].problem.find("bytes 16-21"), std::string::npos) << Describe(bad);
+  EXPECT_TRUE(bad.plan.empty());
+  // A missing object is as lost.
+  ASSERT_TRUE(remote.Delete({"run/step1/shard"}).ok());
+  FsckReport gone = CheckWithRemote(env, &remote);
+  ASSERT_EQ(gone.findings.size(), 1u) << Describe(gone);
+  EXPECT_NE(gone.findings[0].problem.find("is missing"), std::string::npos) << Describe(gone);
 }
 
 TEST(FsckTest, WriterReportedChecksumsAreVerifiedAndStrayOnesDropped) {

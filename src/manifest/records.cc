@@ -5,6 +5,8 @@
 // overlong or otherwise malformed value is EIO, never an out-of-bounds read.
 #include "manifest/records.h"
 
+#include "common/crc32c_chunks.h"
+
 namespace ckptfs {
 
 namespace {
@@ -290,13 +292,18 @@ Result<StepRecord> DecodeStep(std::string_view value) {
 }
 
 std::string EncodeObject(const ObjectRecord& rec) {
-  Encoder e(32 + rec.key.size());
+  Encoder e(48 + rec.key.size() + 4 * rec.chunk_crcs.size());
   e.U8(kRecordVersion);
   e.String(rec.key);
   e.U64(rec.size);
   e.U64(static_cast<uint64_t>(rec.mtime_ns));
   e.U32(rec.crc32c);
   e.U8(rec.resident ? 1 : 0);
+  // Appended fields (records written before them end here).
+  e.U8(rec.crc_known ? 1 : 0);
+  e.U64(rec.chunk_size);
+  e.U32(static_cast<uint32_t>(rec.chunk_crcs.size()));
+  for (uint32_t c : rec.chunk_crcs) e.U32(c);
   return std::move(e).Finish();
 }
 
@@ -309,6 +316,22 @@ Result<ObjectRecord> DecodeObject(std::string_view value) {
   rec.mtime_ns = static_cast<int64_t>(d.U64());
   rec.crc32c = d.U32();
   rec.resident = d.Bool();
+  if (d.HasMore()) {
+    rec.crc_known = d.Bool();
+    rec.chunk_size = d.U64();
+    const uint32_t n = d.U32();
+    // Bounded by what is left, so a corrupt count cannot make a huge vector.
+    if (n > value.size() / 4) return Corrupt("object");
+    rec.chunk_crcs.reserve(n);
+    for (uint32_t i = 0; i < n; i++) rec.chunk_crcs.push_back(d.U32());
+    if (!rec.chunk_crcs.empty() && (rec.chunk_size == 0 || ChunkCount(rec.size, rec.chunk_size) != n)) {
+      return Corrupt("object");
+    }
+  } else {
+    // Before crc_known was recorded, the only objects recorded without a
+    // CRC32C were run-level files imported from a listing, with 0.
+    rec.crc_known = !(rec.crc32c == 0 && rec.size > 0);
+  }
   if (!d.Done()) return Corrupt("object");
   return rec;
 }

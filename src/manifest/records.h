@@ -12,6 +12,7 @@
 #include <ctime>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -107,6 +108,14 @@ struct ObjectRecord {
   // The backing file holds every byte. False once the data was evicted (or
   // never fetched, after a cold mount): reads fetch ranges from the remote.
   bool resident = true;
+  // False when nothing is known of the object's contents (a run-level file
+  // imported from a listing): its fetched bytes cannot be verified.
+  bool crc_known = true;
+  // CRC32C of each chunk_size bytes of the object (commit object "chunks"),
+  // empty for objects uploaded before they were recorded: fetched chunks are
+  // verified on their own; without them only the whole file can be.
+  uint64_t chunk_size = 0;
+  std::vector<uint32_t> chunk_crcs;
 
   bool operator==(const ObjectRecord&) const = default;
 };

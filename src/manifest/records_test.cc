@@ -154,7 +154,7 @@ TEST(RecordsTest, StepPendingCommitRoundTripsAndOlderRecordsHaveNone) {
 }
 
 TEST(RecordsTest, ObjectAndUploadRecordsRoundTrip) {
-  ObjectRecord object{"a/step1/x y", ~0ULL, -5, 0xffffffff, true};
+  ObjectRecord object{"a/step1/x y", ~0ULL, -5, 0xffffffff, true, true, 0, {}};
   EXPECT_EQ(*DecodeObject(EncodeObject(object)), object);
   object.resident = false;
   EXPECT_EQ(*DecodeObject(EncodeObject(object)), object);
@@ -268,8 +268,28 @@ TEST(RecordsTest, TruncatedOrExtendedValuesAreCorrupt) {
   }
   EXPECT_TRUE(DecodeStep(full.substr(0, full.size() - 1)).ok());
   EXPECT_EQ(DecodeStep(full + '\0').err(), EIO);
-  ObjectRecord object{"run/step1/f", 123, 456, 0xabcdef01, false};
-  ExpectTruncationsAndExtensionsFail(EncodeObject(object), DecodeObject);
+  ObjectRecord object{"run/step1/f", 123, 456, 0xabcdef01, false, true, 100, {1, 2}};
+  // crc_known, the chunk size and the chunk CRC32Cs are an optional tail
+  // (records from before them end after `resident`); a cut inside it is corrupt.
+  const std::string full_object = EncodeObject(object);
+  const size_t old_size = full_object.size() - (1 + 8 + 4 + 2 * 4);
+  for (size_t len = 0; len < full_object.size(); len++) {
+    if (len == old_size) continue;
+    EXPECT_EQ(DecodeObject(std::string_view(full_object).substr(0, len)).err(), EIO) << len;
+  }
+  auto old = DecodeObject(full_object.substr(0, old_size));
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->crc_known);
+  EXPECT_TRUE(old->chunk_crcs.empty());
+  EXPECT_EQ(DecodeObject(full_object + '\0').err(), EIO);
+  // An old run-level file's record (CRC32C 0 for a non-empty file) knows nothing.
+  ObjectRecord run_file{"run/latest", 9, 1, 0, false, true, 0, {}};
+  const std::string run_file_value = EncodeObject(run_file);
+  EXPECT_FALSE(DecodeObject(run_file_value.substr(0, run_file_value.size() - (1 + 8 + 4)))->crc_known);
+  // A chunk list that does not cover the size is corrupt.
+  ObjectRecord uncovered = object;
+  uncovered.chunk_crcs = {1};
+  EXPECT_EQ(DecodeObject(EncodeObject(uncovered)).err(), EIO);
   ExpectTruncationsAndExtensionsFail(EncodeUpload(UploadRecord{7, 8, "id", "k"}), DecodeUpload);
   ExpectTruncationsAndExtensionsFail(EncodeChecksum(ChecksumRecord{1, 2, 3}), DecodeChecksum);
   EXPECT_NE(DecodeStep("").status().message().find("corrupt step record"), std::string::npos);

@@ -408,7 +408,9 @@ class FileSystem {
   // (CRC32C crc). Records it unless the file changed or moved meanwhile
   // (then it stays queued), and queues objects nobody uses any more for
   // deletion. Releases the job's key claim.
-  Status NoteUploaded(const UploadJob& job, uint32_t crc32c);
+  // chunk_crcs: the CRC32C of each chunk_size bytes (none: not computed).
+  Status NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t chunk_size = 0,
+                      std::vector<uint32_t> chunk_crcs = {});
   // Remote keys are natural paths, so an old file's queued deletion and a
   // new file's upload can name the same key. An upload claims its key first:
   // queued deletions of it are dropped and no deletion starts while the
@@ -452,6 +454,9 @@ class FileSystem {
   Status MarkResident(uint64_t ino, BackingFile* file);
   // Bytes of resident regular files (written here or fully fetched).
   uint64_t ResidentBytes();
+  // The object record of ino when it names `key` (what a fetch of key must
+  // be verified against); nullopt otherwise.
+  std::optional<ObjectRecord> ObjectRecordFor(uint64_t ino, const std::string& key);
 
   // Cold mount: shows a persisted step found in the remote, its files
   // non-resident. EEXIST when the path is taken locally (the step is ours);

@@ -331,7 +331,8 @@ void FileSystem::ReleaseKey(const std::string& key) {
   if (it != claimed_keys_.end() && --it->second <= 0) claimed_keys_.erase(it);
 }
 
-Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c) {
+Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t chunk_size,
+                                std::vector<uint32_t> chunk_crcs) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = claimed_keys_.find(job.key); it != claimed_keys_.end() && --it->second <= 0) {
     claimed_keys_.erase(it);
@@ -367,6 +368,10 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c) {
   rec.size = job.size;
   rec.mtime_ns = job.mtime_ns;
   rec.crc32c = crc32c;
+  if (!chunk_crcs.empty()) {
+    rec.chunk_size = chunk_size;
+    rec.chunk_crcs = std::move(chunk_crcs);
+  }
   rec.resident = !inode->object || inode->object->resident;
   if (inode->object && inode->object->key != job.key) {
     const std::string old_key = inode->object->key;
@@ -405,8 +410,16 @@ void FileSystem::CollectTree(Inode* dir, const std::string& prefix, CommitObject
         continue;
       }
       if (uploads_.count(child->rec.ino)) *complete = false;
-      obj->files.push_back({rel, child->rec.size, child->object->crc32c, child->rec.mode & 07777,
-                            VersionMtime(*child)});
+      CommitObject::File file{rel, child->rec.size, child->object->crc32c, child->rec.mode & 07777,
+                              VersionMtime(*child), {}};
+      // One chunk size per commit object: a file recorded with another one
+      // (uploaded under other settings) keeps whole-file verification only.
+      const ObjectRecord& object = *child->object;
+      if (!object.chunk_crcs.empty()) {
+        if (obj->chunk_size == 0) obj->chunk_size = object.chunk_size;
+        if (object.chunk_size == obj->chunk_size) file.chunk_crcs = object.chunk_crcs;
+      }
+      obj->files.push_back(std::move(file));
       obj->bytes += child->rec.size;
     }
   }
@@ -578,6 +591,13 @@ Status FileSystem::MarkResident(uint64_t ino, BackingFile* file) {
   return Status::Ok();
 }
 
+std::optional<ObjectRecord> FileSystem::ObjectRecordFor(uint64_t ino, const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* f = Find(ino);
+  if (!f || !f->object || f->object->key != key) return std::nullopt;
+  return *f->object;
+}
+
 uint64_t FileSystem::ResidentBytes() {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t total = 0;
@@ -719,6 +739,10 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     rec.size = f.size;
     rec.mtime_ns = f.mtime_ns;
     rec.crc32c = f.crc32c;
+    if (!f.chunk_crcs.empty()) {
+      rec.chunk_size = obj.chunk_size;
+      rec.chunk_crcs = f.chunk_crcs;
+    }
     rec.resident = f.size == 0;
     inode->object = rec;
     object_keys_[rec.key] = inode->rec.ino;
@@ -834,6 +858,7 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
     rec.key = obj.key;
     rec.size = obj.size;
     rec.mtime_ns = VersionMtime(*file);  // the version shown here, so it is not uploaded back
+    rec.crc_known = false;  // a listing says nothing of the contents: fetches are not verified
     rec.resident = obj.size == 0;
     file->object = rec;
     object_keys_[rec.key] = file->rec.ino;

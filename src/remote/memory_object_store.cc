@@ -156,7 +156,18 @@ Result<std::string> MemoryObjectStore::GetRange(const std::string& key, uint64_t
   if (it == objects_.end()) return Status::Error(ENOENT, Describe() + ": no object " + key);
   const std::string& data = it->second;
   if (offset >= data.size()) return std::string();
-  return data.substr(offset, std::min<uint64_t>(length, data.size() - offset));
+  std::string out = data.substr(offset, std::min<uint64_t>(length, data.size() - offset));
+  for (Corruption& c : corruptions_) {
+    if (c.key != key || c.remaining == 0 || c.offset < offset || c.offset >= offset + out.size()) continue;
+    out[c.offset - offset] ^= 0x01;
+    if (c.remaining > 0) c.remaining--;
+  }
+  return out;
+}
+
+void MemoryObjectStore::CorruptReads(const std::string& key, uint64_t offset, int times) {
+  std::lock_guard<std::mutex> lock(mu_);
+  corruptions_.push_back(Corruption{key, offset, times});
 }
 
 Result<uint64_t> MemoryObjectStore::ReadRange(const std::string& key, uint64_t offset,

@@ -16,6 +16,10 @@
 //    in UploadChecksumMismatches). With SetVerifyUploads(false) it stores
 //    the damaged bytes instead, as a store without checksums did: tests show
 //    with it that the damage is real and would otherwise go unnoticed.
+//  * CorruptReads(key, offset, times): the byte at offset of key has its
+//    lowest bit flipped in what the next `times` reads covering it return
+//    (times < 0: every read), as a bad disk or a bad hop would; the stored
+//    object is untouched.
 //
 // Every ObjectStore method counts as a call for both; Describe(),
 // min_part_size() and the inspection methods below do not. The counters
@@ -77,6 +81,7 @@ class MemoryObjectStore final : public ObjectStore {
   void CorruptNextUploads(int n);
   void SetVerifyUploads(bool verify);
   uint64_t UploadChecksumMismatches() const override;
+  void CorruptReads(const std::string& key, uint64_t offset, int times);
 
   // Calls made so far, failed ones included.
   size_t put_calls() const;
@@ -126,6 +131,12 @@ class MemoryObjectStore final : public ObjectStore {
   uint64_t next_upload_ = 1;                    // GUARDED_BY(mu_)
   uint64_t next_etag_ = 1;                      // GUARDED_BY(mu_)
   Counters counters_;                           // GUARDED_BY(mu_)
+  struct Corruption {
+    std::string key;
+    uint64_t offset = 0;
+    int remaining = 0;  // < 0: forever
+  };
+  std::vector<Corruption> corruptions_;         // GUARDED_BY(mu_)
   int fail_next_ = 0;                           // GUARDED_BY(mu_)
   int fail_err_ = 0;                            // GUARDED_BY(mu_)
   bool unavailable_ = false;                    // GUARDED_BY(mu_)

@@ -2,7 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <set>
+
+#include "common/crc32c_chunks.h"
 
 namespace ckptfs {
 
@@ -14,6 +17,12 @@ std::string Hex32(uint32_t v) {
   char buf[9];
   snprintf(buf, sizeof buf, "%08x", v);
   return buf;
+}
+
+// Eight lower-case hex digits, as Hex32 writes them.
+std::optional<uint32_t> ParseHex32(const std::string& s) {
+  if (s.size() != 8 || s.find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
+  return static_cast<uint32_t>(std::stoul(s, nullptr, 16));
 }
 
 // A path below the step directory: relative, no empty, "." or ".."
@@ -49,11 +58,17 @@ bool IsCommitObjectKey(const std::string& key, std::string* step_path) {
 std::string EncodeCommitObject(const CommitObject& obj) {
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
   for (const auto& f : obj.files) {
-    files.push_back({{"path", f.path},
-                     {"size", f.size},
-                     {"crc32c", Hex32(f.crc32c)},
-                     {"mode", f.mode & 07777},
-                     {"mtime_ns", f.mtime_ns}});
+    nlohmann::ordered_json file = {{"path", f.path},
+                                   {"size", f.size},
+                                   {"crc32c", Hex32(f.crc32c)},
+                                   {"mode", f.mode & 07777},
+                                   {"mtime_ns", f.mtime_ns}};
+    if (obj.chunk_size > 0 && !f.chunk_crcs.empty()) {
+      nlohmann::ordered_json chunks = nlohmann::ordered_json::array();
+      for (uint32_t c : f.chunk_crcs) chunks.push_back(Hex32(c));
+      file["chunks"] = std::move(chunks);
+    }
+    files.push_back(std::move(file));
   }
   nlohmann::ordered_json symlinks = nlohmann::ordered_json::array();
   for (const auto& s : obj.symlinks) symlinks.push_back({{"path", s.path}, {"target", s.target}});
@@ -67,6 +82,7 @@ std::string EncodeCommitObject(const CommitObject& obj) {
       {"dir_mtime_ns", obj.dir_mtime_ns},
       {"ephemeral", obj.ephemeral},
       {"bytes", obj.bytes},
+      {"chunk_size", obj.chunk_size},
       {"files", std::move(files)},
       {"dirs", obj.dirs},
       {"symlinks", std::move(symlinks)},
@@ -96,6 +112,10 @@ Result<CommitObject> DecodeCommitObject(const std::string& json, const std::stri
     obj.dir_mtime_ns = j.value("dir_mtime_ns", int64_t{0});
     if (obj.dir_mtime_ns < 0) return bad("negative directory mtime");
     obj.ephemeral = j.value("ephemeral", false);
+    obj.chunk_size = j.value("chunk_size", uint64_t{0});
+    if (obj.chunk_size != 0 && (obj.chunk_size < kMinChecksumChunk || obj.chunk_size > kMaxChecksumChunk)) {
+      return bad("chunk_size " + std::to_string(obj.chunk_size) + " is out of range");
+    }
     std::set<std::string> seen;
     uint64_t total = 0;
     for (const auto& f : j.at("files")) {
@@ -103,10 +123,20 @@ Result<CommitObject> DecodeCommitObject(const std::string& json, const std::stri
       file.path = f.at("path").get<std::string>();
       file.size = f.at("size").get<uint64_t>();
       const std::string crc = f.at("crc32c").get<std::string>();
-      if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos) {
-        return bad("bad crc32c for " + file.path);
+      auto whole = ParseHex32(crc);
+      if (!whole) return bad("bad crc32c for " + file.path);
+      file.crc32c = *whole;
+      if (f.contains("chunks")) {
+        if (obj.chunk_size == 0) return bad("chunks for " + file.path + " without a chunk_size");
+        for (const auto& c : f.at("chunks")) {
+          auto value = ParseHex32(c.get<std::string>());
+          if (!value) return bad("bad chunk crc32c for " + file.path);
+          file.chunk_crcs.push_back(*value);
+        }
+        if (file.chunk_crcs.size() != ChunkCount(file.size, obj.chunk_size)) {
+          return bad("chunks of " + file.path + " do not cover its size");
+        }
       }
-      file.crc32c = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
       file.mode = f.value("mode", 0644u) & 07777;
       file.mtime_ns = f.value("mtime_ns", int64_t{0});
       if (!ValidRelativePath(file.path)) return bad("invalid file path '" + file.path + "'");

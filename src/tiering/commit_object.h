@@ -27,12 +27,18 @@ struct CommitObject {
   int64_t dir_mtime_ns = 0;
   bool ephemeral = false;
   uint64_t bytes = 0;
+  // The chunk size of every file's `chunk_crcs` (0 = no file has them:
+  // objects written before they were recorded).
+  uint64_t chunk_size = 0;
   struct File {
     std::string path;  // relative to the step directory
     uint64_t size = 0;
     uint32_t crc32c = 0;
     uint32_t mode = 0644;  // permission bits
     int64_t mtime_ns = 0;
+    // CRC32C of each chunk_size bytes, so a cold mount verifies each fetched
+    // chunk before serving it; empty = only the whole file can be verified.
+    std::vector<uint32_t> chunk_crcs;
     bool operator==(const File&) const = default;
   };
   std::vector<File> files;

@@ -12,7 +12,7 @@ CommitObject Sample() {
   obj.committed_at = {1700000000, 123456789};
   obj.ephemeral = true;
   obj.dir_mtime_ns = 1'699'999'999'000'000'001;
-  obj.files = {{"__0_0.distcp", 1000, 0xdeadbeef, 0640, 5}, {"sub/x.bin", 0, 0, 0600, 6}};
+  obj.files = {{"__0_0.distcp", 1000, 0xdeadbeef, 0640, 5, {}}, {"sub/x.bin", 0, 0, 0600, 6, {}}};
   obj.bytes = 1000;
   obj.dirs = {"sub"};
   obj.symlinks = {{"link", "__0_0.distcp"}};
@@ -32,6 +32,33 @@ TEST(CommitObject, RoundTrips) {
   EXPECT_EQ(back->dirs, obj.dirs);
   EXPECT_EQ(back->symlinks, obj.symlinks);
   EXPECT_EQ(back->bytes, 1000u);
+}
+
+TEST(CommitObject, ChunkCrcsRoundTripAndMustCoverTheFile) {
+  CommitObject obj = Sample();
+  obj.chunk_size = 4096;
+  obj.files[0].size = 10000;
+  obj.files[0].chunk_crcs = {1, 2, 0xffffffff};
+  obj.bytes = 10000;
+  const std::string json = EncodeCommitObject(obj);
+  EXPECT_NE(json.find("\"chunk_size\": 4096"), std::string::npos) << json;
+  auto back = DecodeCommitObject(json, "run1/step100");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->chunk_size, 4096u);
+  EXPECT_EQ(back->files, obj.files);  // the empty file has no chunks
+
+  CommitObject short_list = obj;
+  short_list.files[0].chunk_crcs.pop_back();
+  EXPECT_EQ(DecodeCommitObject(EncodeCommitObject(short_list), "run1/step100").err(), EIO);
+  CommitObject tiny = obj;
+  tiny.chunk_size = 16;
+  tiny.files[0].chunk_crcs.assign(625, 0);
+  EXPECT_EQ(DecodeCommitObject(EncodeCommitObject(tiny), "run1/step100").err(), EIO);
+  // Written before chunk CRC32Cs existed: no chunk_size, no chunks.
+  auto old = DecodeCommitObject(EncodeCommitObject(Sample()), "run1/step100");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->chunk_size, 0u);
+  EXPECT_TRUE(old->files[0].chunk_crcs.empty());
 }
 
 TEST(CommitObject, Keys) {

@@ -336,6 +336,12 @@ void RemoteTier::AddMetrics(PrometheusWriter* w) {
       static_cast<double>(objects_deleted_));
   one("ckptfs_remote_fetch_bytes_total", "counter", "Bytes fetched from the remote for reads.",
       static_cast<double>(bytes_fetched_.load()));
+  one("ckptfs_remote_checksum_mismatches_total", "counter",
+      "Fetched ranges whose bytes did not match the recorded CRC32C (each is fetched once more).",
+      static_cast<double>(checksum_mismatches_.load()));
+  one("ckptfs_remote_checksum_failures_total", "counter",
+      "Fetched ranges still corrupt after a second fetch (reads of them get EIO).",
+      static_cast<double>(checksum_failures_.load()));
   one("ckptfs_cache_bytes", "gauge", "File data in the cache, as counted against --cache-size.",
       static_cast<double>(cache_used_.load()));
   one("ckptfs_cache_limit_bytes", "gauge", "--cache-size (0: no limit).", static_cast<double>(options_.cache_size));

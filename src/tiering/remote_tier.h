@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/crc32c_chunks.h"
 #include "control/event_log.h"
 #include "control/rate_meter.h"
 #include "namespace/filesystem.h"
@@ -48,6 +49,12 @@ struct RemoteTierOptions {
   int parts_per_file = 4;                // parts of one file in flight at once
   uint64_t min_part_size = 8ULL << 20;   // grows so any file fits in 10,000 parts
   uint64_t fetch_chunk = 8ULL << 20;     // unit of ranged GETs and of the presence map
+  // The chunk size of the CRC32Cs recorded at upload (commit object
+  // "chunk_size"); a fetch unit is rounded up to a multiple of the recorded one.
+  uint64_t checksum_chunk = kDefaultChecksumChunk;
+  // Verify fetched bytes before serving them. No mount option turns this
+  // off: false exists only for bench/verified_fetch to measure the cost.
+  bool verify_reads = true;
   int readahead_chunks = 16;             // fetched ahead of a sequential reader (128 MiB)
   int fetch_threads = 12;
   uint64_t cache_size = 0;               // 0 = unlimited
@@ -112,7 +119,7 @@ class RemoteTier : public TierHooks {
   // How many uploads may run now (fewer while a save is in progress).
   size_t UploadsAllowedNow();
   Status Upload(const FileSystem::UploadJob& job);
-  Status UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, uint32_t* crc);
+  Status UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, ChunkCrc32c* sums);
   // EIO and a checksum_mismatch event when the bytes read for job (CRC32C
   // crc) are not those whose CRC32C was recorded for this version.
   Status CheckReadForUpload(const FileSystem::UploadJob& job, uint32_t crc);
@@ -131,16 +138,42 @@ class RemoteTier : public TierHooks {
   Status EvictIfNeeded();
 
   // Fetching (remote_tier_fetch.cc).
+  // How fetched bytes of a file are verified (docs/architecture.md,
+  // "Verified reads").
+  enum class Verify : uint8_t {
+    kChunks,     // each fetched chunk against the commit object's chunk CRC32Cs
+    kWholeFile,  // older objects: the whole file (fetched at once) against its CRC32C
+    kNone,       // nothing recorded (run-level files imported from a listing)
+  };
   struct Presence {
     std::vector<uint8_t> chunks;  // kAbsent, kFetching, kPresent
     uint64_t present_bytes = 0;
     uint64_t last_chunk = 0;  // the last chunk a read touched (sequential detection)
     bool complete_queued = false;    // every chunk present; waiting for the control thread
     bool complete_reported = false;  // marked resident in the manifest
+    // Set when the entry is made, constant afterwards.
+    uint64_t unit = 0;  // bytes per presence chunk (one ranged GET)
+    Verify verify = Verify::kNone;
+    std::shared_ptr<const ObjectRecord> object;  // what the bytes must match
+    // kWholeFile: each present chunk's CRC32C, joined once all are there.
+    std::vector<uint32_t> got_crcs;
+    bool verified = false;               // kWholeFile: the whole file matched
+    std::set<uint64_t> mismatch_events;  // offsets already reported (one event each)
   };
   enum : uint8_t { kAbsent = 0, kFetching = 1, kPresent = 2 };
+  // Makes the presence entry of ino (its unit and verification from the
+  // object record) unless it exists. Called without fetch_mu_.
+  void EnsurePresence(uint64_t ino, const std::string& key, uint64_t size);
   Status FetchChunk(uint64_t ino, const std::string& key, uint64_t size, BackingFile* file,
                     uint64_t chunk);
+  // kWholeFile, every chunk present: joins their CRC32Cs and checks the
+  // file's. EILSEQ on a mismatch (the chunks are dropped so they are fetched
+  // again), EAGAIN when a chunk is missing (another reader's fetch failed).
+  Status VerifyWholeFile(uint64_t ino, const std::string& key, uint32_t* got_crc, uint32_t* expected_crc);
+  // A checksum_mismatch event (once per offset while the entry lives) and
+  // the EIO the read gets.
+  Status ReportMismatch(uint64_t ino, const std::string& key, uint64_t offset, uint64_t len,
+                        uint32_t expected, uint32_t got);
   void FetchLoop();
   // Queues a fully fetched file for MarkFetchedFilesResident (control thread).
   void MaybeMarkResident(uint64_t ino);
@@ -184,6 +217,8 @@ class RemoteTier : public TierHooks {
 
   std::atomic<uint64_t> cache_used_{0};
   std::atomic<uint64_t> bytes_fetched_{0};
+  std::atomic<uint64_t> checksum_mismatches_{0};  // bad ranges received (retried ones too)
+  std::atomic<uint64_t> checksum_failures_{0};  // bad twice: reads get EIO
 
   std::mutex fetch_mu_;
   // Two conditions, so that a finished chunk wakes only the readers waiting

@@ -87,6 +87,7 @@ class RemoteTierTest : public ::testing::Test {
   void StartTier(RemoteTierOptions options = {}) {
     options.min_part_size = kMiB;
     options.fetch_chunk = kMiB;
+    options.checksum_chunk = kMiB;  // several chunk CRC32Cs per test file
     options.retry_min_ns = 0;
     options_ = options;
     auto shared = std::make_unique<SharedStore>(&store_);

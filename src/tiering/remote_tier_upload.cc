@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <deque>
 
-#include "common/crc32c.h"
+#include "common/crc32c_chunks.h"
 #include "tiering/remote_tier.h"
 
 namespace ckptfs {
@@ -140,27 +140,29 @@ Status RemoteTier::Upload(const FileSystem::UploadJob& job) {
     key_cv_.wait(keys, [&] { return !deleting_keys_.count(job.key); });
     fs_->ClaimKey(job.key);
   }
-  uint32_t crc = 0;
+  // The whole-file CRC32C and the per-chunk ones the commit object records
+  // come from the same pass over the bytes sent.
+  ChunkCrc32c sums(options_.checksum_chunk);
   Status st;
   if (job.size <= PartSizeFor(job.size, std::max(options_.min_part_size, store_->min_part_size()))) {
     std::string data;
     st = ReadForUpload(job, file->get(), 0, job.size, &data);
     if (st.ok()) {
-      // The CRC32C of the very buffer that is sent: the store checksums the
+      // The CRC32Cs of the very buffer that is sent: the store checksums the
       // same bytes on their way (upload_checksums.h), so what the commit
       // object records is what the remote holds.
-      crc = Crc32c(0, data.data(), data.size());
-      st = CheckReadForUpload(job, crc);
+      sums.Add(data.data(), data.size());
+      st = CheckReadForUpload(job, sums.Whole());
     }
     if (st.ok()) st = store_->Put(job.key, data);
   } else {
-    st = UploadMultipart(job, file->get(), &crc);
+    st = UploadMultipart(job, file->get(), &sums);
   }
   if (!st.ok()) {
     fs_->ReleaseKey(job.key);
     return st;
   }
-  return fs_->NoteUploaded(job, crc);
+  return fs_->NoteUploaded(job, sums.Whole(), options_.checksum_chunk, sums.Chunks());
 }
 
 Status RemoteTier::CheckReadForUpload(const FileSystem::UploadJob& job, uint32_t crc) {
@@ -173,7 +175,7 @@ Status RemoteTier::CheckReadForUpload(const FileSystem::UploadJob& job, uint32_t
   return Status::Error(EIO, job.key + ": " + msg);
 }
 
-Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, uint32_t* crc) {
+Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, ChunkCrc32c* sums) {
   const uint64_t part_size = PartSizeFor(job.size, std::max(options_.min_part_size, store_->min_part_size()));
   const int parts = static_cast<int>((job.size + part_size - 1) / part_size);
   // Parts in flight: parts_per_file, fewer for huge parts (a 5 TiB file has
@@ -217,7 +219,6 @@ Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile
   };
   std::vector<std::thread> senders;
   for (int i = 0; i < std::min(window, parts); i++) senders.emplace_back(sender);
-  uint32_t c = 0;
   for (int p = 1; p <= parts; p++) {
     const uint64_t offset = static_cast<uint64_t>(p - 1) * part_size;
     const size_t n = static_cast<size_t>(std::min<uint64_t>(part_size, job.size - offset));
@@ -234,7 +235,7 @@ Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile
       if (failed.ok()) failed = st;
       break;
     }
-    c = Crc32c(c, data.data(), data.size());
+    sums->Add(data.data(), data.size());
     std::lock_guard<std::mutex> lock(mu);
     in_flight++;
     ready.emplace_back(p, std::move(data));
@@ -248,13 +249,12 @@ Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile
   for (auto& t : senders) t.join();
   // The parts' CRC32Cs in order make the file's: checked before Complete,
   // so an object of damaged local bytes never becomes visible.
-  if (failed.ok()) failed = CheckReadForUpload(job, c);
+  if (failed.ok()) failed = CheckReadForUpload(job, sums->Whole());
   if (failed.ok()) failed = store_->CompleteMultipart(job.key, *upload_id, etags);
   if (!failed.ok()) {
     (void)store_->AbortMultipart(job.key, *upload_id);
     return failed;
   }
-  *crc = c;
   return Status::Ok();
 }
 
