@@ -170,6 +170,11 @@ void MemoryObjectStore::CorruptReads(const std::string& key, uint64_t offset, in
   corruptions_.push_back(Corruption{key, offset, times});
 }
 
+void MemoryObjectStore::ClearReadCorruptions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  corruptions_.clear();
+}
+
 Result<uint64_t> MemoryObjectStore::ReadRange(const std::string& key, uint64_t offset,
                                               uint64_t length, const RangeSink& sink) {
   // Copied under the lock, handed over without it: a sink may take its time.

@@ -82,6 +82,8 @@ class MemoryObjectStore final : public ObjectStore {
   void SetVerifyUploads(bool verify);
   uint64_t UploadChecksumMismatches() const override;
   void CorruptReads(const std::string& key, uint64_t offset, int times);
+  // Heals the link: reads return the stored bytes again.
+  void ClearReadCorruptions();
 
   // Calls made so far, failed ones included.
   size_t put_calls() const;
