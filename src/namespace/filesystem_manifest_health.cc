@@ -25,6 +25,8 @@ constexpr int64_t kManifestRetryNs = 200'000'000;
 }  // namespace
 
 Status FileSystem::Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure) {
+  // Nothing to record (a reader's close) is never refused, degraded or not.
+  if (batch.empty() && !sync) return Status::Ok();
   if (!manifest_error_.ok()) {
     // Reached by paths that do not refuse up front (release, background
     // work): their change stands in the image, so its batch waits too.
@@ -34,7 +36,6 @@ Status FileSystem::Apply(const ManifestBatch& batch, bool sync, bool keep_on_fai
     }
     return CheckHealthy();
   }
-  if (batch.empty() && !sync) return Status::Ok();
   Status st = manifest_->Write(batch, sync);
   if (st.ok()) return Status::Ok();
   if (keep_on_failure && !batch.empty()) {

@@ -198,7 +198,13 @@ def test_kill9_mid_commit(ckptfs, trigger):
                 cli.wait(timeout=10)
                 pytest.fail("`ckptfs commit` hung after the daemon was killed")
         m.start()
+        # Recovery finishes a commit whose trigger survived (the marker's close, a
+        # `ckptfs commit` that reached the daemon): it may still be running.
+        deadline = time.monotonic() + 60
         state = m.state(rel)
+        while state == "writing" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            state = m.state(rel)
         outcomes.append((delay, state, cli_rc))
         assert state in ("committed", "incomplete"), f"delay {delay}: state {state!r}"
         if trigger == "marker":

@@ -184,9 +184,10 @@ def test_metadata_full_goes_read_only_and_recovers_when_space_is_freed(full_moun
         os.mkdir(m.path("refused"))
     assert e.value.errno == errno.ENOSPC
     assert read_file(m.path("run", "step100", "model.bin")) == payload
+    # The event is in the in-memory ring (/.ckptfs/events). ckptfs.log lives on
+    # the full filesystem itself, so its line lands only where the log's last
+    # block had room: not asserted.
     assert any(ev.get("event") == "manifest_error" for ev in m.events())
-    with open(os.path.join(m.cache, "ckptfs.log"), errors="replace") as f:
-        assert "manifest_error" in f.read()
 
     for p in fillers:
         os.unlink(p)

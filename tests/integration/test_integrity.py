@@ -88,7 +88,6 @@ def test_put_bit_flips_resets_5xx_and_truncation_never_persist_a_damaged_byte(ma
             assert read_file(b.path(step, name)) == data
 
 
-@pytest.mark.xfail(reason="read-path verification lands separately", strict=True)
 @pytest.mark.timeout_s(300)
 def test_get_bit_flips_are_never_served(make_ckptfs, s3):
     a = make_ckptfs("--remote", f"s3://{s3.bucket}/{PREFIX}", "--s3-endpoint", s3.endpoint)
