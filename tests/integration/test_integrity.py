@@ -112,5 +112,10 @@ def test_get_bit_flips_are_never_served(make_ckptfs, s3):
                     continue
             assert got == data, f"{name}: damaged bytes served"
         assert proxy.counts().get("GET flip_response", 0) > 0
+        with open(b.path(".ckptfs", "metrics")) as f:
+            caught = sum(int(float(line.split()[-1])) for line in f
+                         if line.startswith("ckptfs_remote_checksum_mismatches_total"))
+        print(f"injected {proxy.counts()}; ckptfs caught {caught} damaged range(s), served "
+              f"none; every file read back byte-identical")
     finally:
         proxy.close()
