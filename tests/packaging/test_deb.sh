@@ -108,7 +108,10 @@ x="$work/ckptfs"
 dpkg-deb -x "$main" "$x"
 got=$("$x/usr/bin/ckptfs" --version)
 [[ "$got" == "ckptfs $version" ]] && pass "ckptfs --version: $got" || fail "ckptfs --version says '$got'"
-"$x/usr/bin/ckptfs" mount --help | grep -q -- "--cache DIR" && pass "ckptfs mount --help" || fail "ckptfs mount --help"
+# Captured first: `| grep -q` exits at the first match and, with pipefail, the
+# help's second write (it is over 4 KiB) dying of SIGPIPE would fail the check.
+mount_help=$("$x/usr/bin/ckptfs" mount --help)
+grep -q -- "--cache DIR" <<<"$mount_help" && pass "ckptfs mount --help" || fail "ckptfs mount --help"
 grep -q '^ckptfs=${CKPTFS_BIN:-/usr/bin/ckptfs}$' "$x/usr/sbin/mount.fuse.ckptfs" &&
   pass "the mount helper runs /usr/bin/ckptfs" || fail "the mount helper does not default to /usr/bin/ckptfs"
 grep -q '^ExecStart=/usr/bin/ckptfs mount %f --foreground ' "$x/lib/systemd/system/ckptfs@.service" &&

@@ -99,7 +99,9 @@ if [[ $? == 0 && "$got" == *"ignoring unknown option 'bogus'"* && "$got" == *"--
 else
   fail "-s: got '$got'"
 fi
-if CKPTFS_BIN=/opt/ckptfs sh "$helper" --help | grep -q "keep-last=N"; then
+# Captured once: `| grep -q` under pipefail fails when the writer dies of SIGPIPE.
+helper_help=$(CKPTFS_BIN=/opt/ckptfs sh "$helper" --help)
+if grep -q "keep-last=N" <<<"$helper_help"; then
   pass "--help lists the options"
 else
   fail "--help does not list keep-last=N"
@@ -110,7 +112,7 @@ fi
 flags=$("$ckptfs" mount --help | grep -oE '^  --[a-z0-9-]+' | sed 's/^  --//' | sort -u)
 for flag in $flags; do
   case $flag in cache | foreground | help) continue ;; esac
-  if CKPTFS_BIN=/opt/ckptfs sh "$helper" --help | grep -qE "(^| )$flag(=| |\$)"; then
+  if grep -qE "(^| )$flag(=| |\$)" <<<"$helper_help"; then
     pass "ckptfs mount --$flag is a helper option"
   else
     fail "ckptfs mount --$flag has no $flag= option in the mount helper"
