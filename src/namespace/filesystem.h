@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "namespace/access_check.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "control/event_log.h"
@@ -495,11 +496,8 @@ class FileSystem {
 
   // --- writer library fast path (filesystem_fast_path.cc)
   // Who asks, from the socket's peer credentials (SO_PEERCRED, SO_PEERGROUPS).
-  struct FastPathCaller {
-    uint32_t uid = 0;
-    uint32_t gid = 0;
-    std::vector<uint32_t> groups;  // supplementary
-  };
+  // Checked as the kernel would (namespace/access_check.h).
+  using FastPathCaller = Credentials;
   // A file opened for a writer-library client: fh counts as a FUSE open for
   // writing (commit waits, uploads wait) until Release; grant.client_fd is
   // a write-only descriptor, owned by the caller, to pass to the client

@@ -24,26 +24,6 @@ namespace {
 constexpr const char* kWriterSocketXattr = "user.ckptfs.writer_socket";
 constexpr const char* kCrc32cXattr = "user.ckptfs.crc32c";
 
-// The permission bits of rec that apply to who (owner, group, or other), as
-// the kernel's generic_permission does; root may read and write anything
-// and search any directory.
-bool MayAccess(const InodeRecord& rec, const FileSystem::FastPathCaller& who, int mask) {
-  if (who.uid == 0) {
-    if (!(mask & X_OK)) return true;
-    return S_ISDIR(rec.mode) || (rec.mode & 0111) != 0;
-  }
-  uint32_t bits;
-  if (who.uid == rec.uid) {
-    bits = (rec.mode >> 6) & 7;
-  } else if (who.gid == rec.gid ||
-             std::find(who.groups.begin(), who.groups.end(), rec.gid) != who.groups.end()) {
-    bits = (rec.mode >> 3) & 7;
-  } else {
-    bits = rec.mode & 7;
-  }
-  return (bits & static_cast<uint32_t>(mask)) == static_cast<uint32_t>(mask);
-}
-
 // Splits a path relative to the mount root into its names; EINVAL for an
 // empty path, an absolute one, or one with empty, "." or ".." components
 // (the library sends a normalized path).
