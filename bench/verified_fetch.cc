@@ -28,7 +28,7 @@
 #include "manifest/memory_manifest_store.h"
 #include "namespace/filesystem.h"
 #include "remote/file_object_store.h"
-#include "tiering/commit_object.h"
+#include "formats/commit_object.h"
 #include "tiering/remote_tier.h"
 
 using namespace ckptfs;

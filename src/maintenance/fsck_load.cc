@@ -8,13 +8,11 @@
 #include <algorithm>
 
 #include "maintenance/fsck_state.h"
+#include "manifest/schema.h"
 
 namespace ckptfs::fsck {
 
 namespace {
-
-constexpr const char* kFormatKey = "format_version";
-constexpr const char* kFormatVersion = "1";  // as namespace/filesystem_recovery.cc writes
 
 std::string RecordPath(KeySpace space, std::string_view key) {
   return std::string("manifest/") + KeySpaceName(space) + "/" + HexKey(key);
@@ -35,12 +33,7 @@ void Undecodable(State& st, KeySpace space, std::string_view key, const Status& 
 }  // namespace
 
 Status LoadImage(State& st) {
-  auto version = st.manifest->Get(KeySpace::kMeta, kFormatKey);
-  if (!version.ok()) return version.status();
-  if (version->has_value() && **version != kFormatVersion) {
-    return Status::Error(EINVAL, "manifest format version " + **version +
-                                     " is not supported by this ckptfs (expects " + kFormatVersion + ")");
-  }
+  CKPTFS_RETURN_IF_ERROR(CheckFormatVersion(*st.manifest));
 
   CKPTFS_RETURN_IF_ERROR(
       st.manifest->Scan(KeySpace::kInodes, "", [&](std::string_view k, std::string_view v) {

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "maintenance/fsck.h"
+#include "manifest/schema.h"
 
 namespace ckptfs::fsck {
 
-inline constexpr uint64_t kRootIno = 1;  // as in namespace/filesystem.h
 
 // Repair groups, applied in this order.
 enum Group : int { kRecordsGroup = 0, kTreeGroup, kFilesGroup, kDataGroup, kGroupCount };

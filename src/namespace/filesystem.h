@@ -43,12 +43,13 @@
 #include "control/metrics.h"
 #include "data/data_store.h"
 #include "data/metadata_reserve.h"
-#include "lifecycle/step_pattern.h"
+#include "namespace/step_pattern.h"
 #include "manifest/manifest_store.h"
+#include "manifest/schema.h"
 #include "namespace/inode.h"
 #include "namespace/tier_hooks.h"
 #include "retention/retention_planner.h"
-#include "tiering/commit_object.h"
+#include "formats/commit_object.h"
 
 namespace ckptfs {
 
@@ -98,7 +99,6 @@ struct FileSystemOptions {
   std::string cache_dir;
 };
 
-inline constexpr uint64_t kRootIno = 1;
 // Inode numbers of things that are not in the manifest.
 inline constexpr uint64_t kVirtualBit = 1ULL << 63;
 inline constexpr uint64_t kControlDirIno = kVirtualBit | 1;

@@ -5,24 +5,13 @@
 #include <algorithm>
 #include <set>
 
+#include "manifest/schema.h"
 #include "namespace/filesystem.h"
 
 namespace ckptfs {
 
-namespace {
-constexpr const char* kFormatKey = "format_version";
-constexpr const char* kFormatVersion = "1";
-// The kernel boot the last mount of this cache ran in (CurrentBootId()).
-constexpr const char* kBootIdKey = "boot_id";
-}  // namespace
-
 Status FileSystem::Load() {
-  auto version = manifest_->Get(KeySpace::kMeta, kFormatKey);
-  if (!version.ok()) return version.status();
-  if (version->has_value() && **version != kFormatVersion) {
-    return Status::Error(EINVAL, "manifest format version " + **version +
-                                     " is not supported by this ckptfs (expects " + kFormatVersion + ")");
-  }
+  CKPTFS_RETURN_IF_ERROR(CheckFormatVersion(*manifest_));
   Status decode_error;
   CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kInodes, "", [&](std::string_view, std::string_view v) {
     auto rec = DecodeInode(v);
@@ -103,7 +92,7 @@ Status FileSystem::Recover() {
     root->rec.atime = root->rec.mtime = root->rec.ctime = now;
     PutInode(*root, &batch);
     inodes_[kRootIno] = std::move(root);
-    batch.Put(KeySpace::kMeta, kFormatKey, kFormatVersion);
+    batch.Put(KeySpace::kMeta, kFormatVersionKey, kFormatVersion);
   }
 
   // Orphans: unlinked while open when the daemon stopped.

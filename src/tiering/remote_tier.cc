@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "tiering/commit_object.h"
+#include "formats/commit_object.h"
 
 namespace ckptfs {
 

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "common/crc32c.h"
-#include "tiering/commit_object.h"
+#include "formats/commit_object.h"
 #include "tiering/remote_tier_test_util.h"
 
 namespace ckptfs {

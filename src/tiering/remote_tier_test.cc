@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/crc32c.h"
-#include "tiering/commit_object.h"
+#include "formats/commit_object.h"
 #include "tiering/remote_tier_test_util.h"
 
 namespace ckptfs {

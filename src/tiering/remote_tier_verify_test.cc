@@ -10,7 +10,7 @@
 
 #include "common/crc32c.h"
 #include "control/metrics.h"
-#include "tiering/commit_object.h"
+#include "formats/commit_object.h"
 #include "tiering/remote_tier.h"
 #include "tiering/remote_tier_test_util.h"
 

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "tiering/commit_object.h"
+#include "formats/commit_object.h"
 #include "tiering/remote_tier_test_util.h"
 
 namespace ckptfs {

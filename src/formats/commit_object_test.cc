@@ -1,4 +1,4 @@
-#include "tiering/commit_object.h"
+#include "formats/commit_object.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "lifecycle/step_pattern.h"
+#include "namespace/step_pattern.h"
 
 #include <cerrno>
 #include <limits>
