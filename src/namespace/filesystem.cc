@@ -30,7 +30,7 @@ FileSystem::FileSystem(FileSystemOptions options, StepPattern pattern,
 
 FileSystem::~FileSystem() {
   // Persist sizes of files still open so a clean stop loses no metadata.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ManifestBatch batch;
   for (auto& [ino, inode] : inodes_) {
     if (inode->dirty && inode->rec.nlink > 0) PutInode(*inode, &batch);
@@ -48,24 +48,24 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Open(FileSystemOptions options,
   if (!pattern.ok()) return pattern.status();
   std::unique_ptr<FileSystem> fs(new FileSystem(std::move(options), std::move(pattern).value(),
                                                 std::move(manifest), std::move(data), clock, events));
-  std::lock_guard<std::mutex> lock(fs->mu_);
+  MutexLock lock(&fs->mu_);
   CKPTFS_RETURN_IF_ERROR(fs->Load());
   CKPTFS_RETURN_IF_ERROR(fs->Recover());
   return fs;
 }
 
 void FileSystem::SetCommitRequester(CommitRequester fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   request_commit_ = std::move(fn);
 }
 
 void FileSystem::SetIndexRequester(IndexRequester fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   request_index_ = std::move(fn);
 }
 
 void FileSystem::SetSessionOf(SessionOfFn fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   session_of_ = std::move(fn);
 }
 
@@ -240,12 +240,12 @@ void FileSystem::MaybeEvict(uint64_t ino) {
 }
 
 std::string FileSystem::PathOf(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return PathOfLocked(ino);
 }
 
 size_t FileSystem::InodeCountForTest() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return inodes_.size();
 }
 

@@ -38,6 +38,7 @@
 
 #include "namespace/access_check.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "control/event_log.h"
 #include "control/metrics.h"
@@ -567,90 +568,90 @@ class FileSystem {
   void EndCommitRequest(StepRuntime* rt);
 
   // Loading and recovery (filesystem_recovery.cc).
-  Status Load();
-  Status Recover();
+  Status Load() REQUIRES(mu_);
+  Status Recover() REQUIRES(mu_);
 
   // Helpers; REQUIRES: mu_ held.
-  Inode* Find(uint64_t ino);
-  Result<Inode*> FindDir(uint64_t ino);
+  Inode* Find(uint64_t ino) REQUIRES(mu_);
+  Result<Inode*> FindDir(uint64_t ino) REQUIRES(mu_);
   Entry MakeEntry(Inode* inode);
   struct stat StatOf(const Inode& inode) const;
   Status CheckName(const std::string& name) const;
-  Status CheckWritableDir(Inode* dir) const;
+  Status CheckWritableDir(Inode* dir) const REQUIRES(mu_);
   // The checks every operation that adds an entry makes: a real, writable
   // directory outside committed steps, a valid name that is not taken.
   // Waits while the step is committing (see WaitUntilNotCommitting).
-  Result<Inode*> PrepareNewEntry(std::unique_lock<std::mutex>& lock, uint64_t parent,
-                                 const std::string& name);
+  Result<Inode*> PrepareNewEntry(MutexLock& lock, uint64_t parent,
+                                 const std::string& name) REQUIRES(mu_);
   // The step directory containing ino (itself included), or 0.
-  uint64_t StepOf(uint64_t ino);
-  bool InsideStep(uint64_t dir_ino) { return StepOf(dir_ino) != 0; }
+  uint64_t StepOf(uint64_t ino) REQUIRES(mu_);
+  bool InsideStep(uint64_t dir_ino) REQUIRES(mu_) { return StepOf(dir_ino) != 0; }
   // Committed or being deleted: no new contents.
-  bool IsSealedStep(uint64_t step_ino) const;
+  bool IsSealedStep(uint64_t step_ino) const REQUIRES(mu_);
   // An unlink or rmdir below dir_ino: a finished step it belongs to becomes
   // `deleting` at once, so `latest` and retention stop counting a step that
   // `rm -rf` is taking apart file by file.
-  void NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch);
+  void NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) REQUIRES(mu_);
   // The newest committed step directly under run, or 0.
-  uint64_t LatestStepOf(uint64_t run_ino);
+  uint64_t LatestStepOf(uint64_t run_ino) REQUIRES(mu_);
   // The step the run's virtual `latest` link points at, or 0 when there is
   // no link: no committed step, a real entry named `latest` (the trainer's
   // own, e.g. DeepSpeed's), or the link turned off for this run.
-  uint64_t VirtualLatestOf(uint64_t run_ino);
+  uint64_t VirtualLatestOf(uint64_t run_ino) REQUIRES(mu_);
   bool HasRealChild(Inode* dir, const std::string& name) const;
   // `rm latest` on a run's virtual link.
-  Status TurnOffLatestLinkLocked(Inode* run);
+  Status TurnOffLatestLinkLocked(Inode* run) REQUIRES(mu_);
   Result<Inode*> NewInode(const Caller& c, uint64_t parent, const std::string& name, uint32_t mode,
-                          ManifestBatch* batch);
+                          ManifestBatch* batch) REQUIRES(mu_);
   void AddChild(Inode* dir, const std::string& name, Inode* child, ManifestBatch* batch);
-  void RemoveChild(Inode* dir, const std::string& name, ManifestBatch* batch);
+  void RemoveChild(Inode* dir, const std::string& name, ManifestBatch* batch) REQUIRES(mu_);
   void PutInode(const Inode& inode, ManifestBatch* batch);
   // Drops a link; deletes the inode when the last link and handle are gone
   // (its data through the GC queue).
-  void DropLink(Inode* inode, ManifestBatch* batch);
-  void MaybeEvict(uint64_t ino);
+  void DropLink(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
+  void MaybeEvict(uint64_t ino) REQUIRES(mu_);
   // Writes a batch whose change the in-memory image already holds. When the
   // manifest cannot be written (a full disk), the image stays as it is and
   // the batch is kept: it is written, after every batch kept before it, once
   // the manifest takes writes again (TryRecoverManifestLocked). The caller
   // gets the store's errno either way (ENOSPC for a full disk).
   // keep_on_failure = false: the caller undoes its change itself.
-  Status Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure = true);
+  Status Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure = true) REQUIRES(mu_);
   void TouchDir(Inode* dir, const timespec& now);
   // Step records follow directory names (mkdir, rename, rmdir).
-  void ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now);
-  void NoteActivity(uint64_t ino);
-  void RequestCommitLocked(uint64_t step_ino, CommitTrigger why = CommitTrigger::kRetry, uint64_t session = 0);
+  void ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now) REQUIRES(mu_);
+  void NoteActivity(uint64_t ino) REQUIRES(mu_);
+  void RequestCommitLocked(uint64_t step_ino, CommitTrigger why = CommitTrigger::kRetry, uint64_t session = 0) REQUIRES(mu_);
   // A file closed or renamed into place: commit markers and run index files
   // trigger commits (session: the writer's, 0 = unknown).
-  void NoteTriggerFileLocked(Inode* file, uint64_t session);
+  void NoteTriggerFileLocked(Inode* file, uint64_t session) REQUIRES(mu_);
   // The manifest learns of a commit request once nothing in the step is open
   // for writing (StepRecord::pending_commit), and forgets it when a file in
   // the step is opened for writing again: a file open at a crash may hold
   // half its bytes, so only a request made with every file closed may be
   // finished by recovery.
-  void RecordPendingCommitLocked(uint64_t step_ino);
-  void ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batch);
+  void RecordPendingCommitLocked(uint64_t step_ino) REQUIRES(mu_);
+  void ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batch) REQUIRES(mu_);
   // A marker closed (its FLUSH) or renamed into place while its RELEASE is
   // still to come, with every file of the step closed: records the commit
   // request its RELEASE will make (pid: the writer's, 0 = unknown).
-  void RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch);
+  void RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch) REQUIRES(mu_);
   // Writable handles below dir written since their last close().
-  uint32_t UnflushedWritersUnder(Inode* dir);
+  uint32_t UnflushedWritersUnder(Inode* dir) REQUIRES(mu_);
   // Recovery (filesystem_recovery.cc): a writing step becomes incomplete,
   // or, when its pending commit may be finished, stays writing with the
   // request restored.
-  void RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot, ManifestBatch* batch);
+  void RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot, ManifestBatch* batch) REQUIRES(mu_);
   bool IsMarkerName(const std::string& name) const;
-  uint32_t OpenWritersUnder(Inode* dir);
-  std::string PathOfLocked(uint64_t ino);
+  uint32_t OpenWritersUnder(Inode* dir) REQUIRES(mu_);
+  std::string PathOfLocked(uint64_t ino) REQUIRES(mu_);
   void CollectFiles(Inode* dir, const std::string& prefix,
-                    std::vector<std::pair<std::string, uint64_t>>* out);
+                    std::vector<std::pair<std::string, uint64_t>>* out) REQUIRES(mu_);
   void EmitStepEvent(const char* event, uint64_t step_ino, const StepRecord& rec,
-                     const std::string& detail = "");
+                     const std::string& detail = "") REQUIRES(mu_);
   // Waits (releasing mu_) until no step containing dir_ino is committing,
   // so a step is frozen between BeginCommit and its outcome.
-  void WaitUntilNotCommitting(std::unique_lock<std::mutex>& lock, uint64_t dir_ino);
+  void WaitUntilNotCommitting(MutexLock& lock, uint64_t dir_ino) REQUIRES(mu_);
   // Manifest write failures (filesystem_manifest_health.cc). The first one
   // is kept, as LevelDB's bg_error_, and every later mutation is refused up
   // front with its errno (ENOSPC for a full disk) before it changes the
@@ -658,66 +659,66 @@ class FileSystem {
   // call retries the kept batches at most every kManifestRetryNs, and
   // RetryManifest() does from the coordinator's idle loop: once they are
   // written the image and the manifest agree again and writes resume.
-  Status CheckHealthy();
-  void NoteManifestFailureLocked(const Status& st);
-  bool TryRecoverManifestLocked();
+  Status CheckHealthy() REQUIRES(mu_);
+  void NoteManifestFailureLocked(const Status& st) REQUIRES(mu_);
+  bool TryRecoverManifestLocked() REQUIRES(mu_);
 
   // Retention helpers (filesystem_retention.cc); REQUIRES: mu_ held.
   RetentionPolicy PolicyOf(Inode* run);
-  std::vector<StepDecision> PlanLocked(Inode* run);
+  std::vector<StepDecision> PlanLocked(Inode* run) REQUIRES(mu_);
   // Applies the run's plan: removed steps leave the namespace in `batch`.
-  void ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch);
+  void ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch) REQUIRES(mu_);
   // Takes a step directory and everything below it out of the namespace;
   // closed files' data is queued for GC in the same batch, open files
   // become orphans that Release deletes.
-  void RemoveStepLocked(uint64_t step_ino, const std::string& reason, ManifestBatch* batch);
-  void RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch);
-  Status ValidateXattr(Inode* inode, const std::string& name, const std::string& value);
+  void RemoveStepLocked(uint64_t step_ino, const std::string& reason, ManifestBatch* batch) REQUIRES(mu_);
+  void RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) REQUIRES(mu_);
+  Status ValidateXattr(Inode* inode, const std::string& name, const std::string& value) REQUIRES(mu_);
 
   // Remote tier helpers (filesystem_tiering.cc); REQUIRES: mu_ held.
   // EPERM for the commit object's name directly in a step (with a remote).
-  Status CheckNotReserved(uint64_t parent, const std::string& name) const;
-  void LoadTierState(Status* decode_error);
+  Status CheckNotReserved(uint64_t parent, const std::string& name) const REQUIRES(mu_);
+  void LoadTierState(Status* decode_error) REQUIRES(mu_);
   // Queues an upload of the file's current contents (no-op without a remote
   // or outside steps).
-  void QueueUploadLocked(Inode* inode, ManifestBatch* batch);
+  void QueueUploadLocked(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
   // The file's data is going away: its object, queued upload and recorded
   // checksum too.
-  void ForgetObjectLocked(Inode* inode, ManifestBatch* batch);
+  void ForgetObjectLocked(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
   // Queues a remote object for deletion unless a live file's object uses it.
-  void QueueRemoteDeleteLocked(const std::string& key, bool commit_object, ManifestBatch* batch);
+  void QueueRemoteDeleteLocked(const std::string& key, bool commit_object, ManifestBatch* batch) REQUIRES(mu_);
   // A committed step is leaving (removed, renamed, being deleted): its commit
   // object goes first, and it is no longer persisted.
-  void UnpersistStepLocked(uint64_t step_ino, const std::string& old_path, ManifestBatch* batch);
+  void UnpersistStepLocked(uint64_t step_ino, const std::string& old_path, ManifestBatch* batch) REQUIRES(mu_);
   // Committed steps at or below dir, with their paths now (before a rename).
-  std::vector<std::pair<uint64_t, std::string>> CommittedStepsUnder(Inode* dir);
+  std::vector<std::pair<uint64_t, std::string>> CommittedStepsUnder(Inode* dir) REQUIRES(mu_);
   // After a rename moved those steps: new commit objects, re-uploads.
   void NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std::string>>& moved,
-                            ManifestBatch* batch);
+                            ManifestBatch* batch) REQUIRES(mu_);
   bool ObjectIsCurrent(const Inode& inode, const std::string& path) const;
   // Run-level files (filesystem_tiering.cc); REQUIRES: mu_ held.
   // Exact: a step directly in dir (walks its entries). run_dirs_ holds the
   // same answer as of the last QueueRunFileUploads, for checks on hot paths.
-  bool HoldsStepLocked(const Inode& dir) const;
-  bool IsRunFileLocked(const Inode& inode) const;
+  bool HoldsStepLocked(const Inode& dir) const REQUIRES(mu_);
+  bool IsRunFileLocked(const Inode& inode) const REQUIRES(mu_);
   struct RunFileWait;
   // What the file's current version waits for: the steps of its run that
   // may be the one it names and are not persisted.
-  RunFileWait RunFileWaitLocked(const Inode& file);
+  RunFileWait RunFileWaitLocked(const Inode& file) REQUIRES(mu_);
   // The queued upload of a run-level file may start: it is closed and every
   // step its version waits for is persisted or gone from the run.
-  bool RunFileReadyLocked(Inode* inode);
+  bool RunFileReadyLocked(Inode* inode) REQUIRES(mu_);
   // Paths of runs ("" = the root) with a run-level upload ready to start.
-  std::set<std::string> RunsWithReadyRunFilesLocked();
+  std::set<std::string> RunsWithReadyRunFilesLocked() REQUIRES(mu_);
   // A run-level file at key's path will be uploaded to key: the key's
   // queued deletion waits, so the old object goes only by being replaced.
-  bool RunFileWillReplaceLocked(const std::string& key);
-  void ForgetRunFileWaitLocked(uint64_t ino) { run_file_waits_.erase(ino); }
+  bool RunFileWillReplaceLocked(const std::string& key) REQUIRES(mu_);
+  void ForgetRunFileWaitLocked(uint64_t ino) REQUIRES(mu_) { run_file_waits_.erase(ino); }
   // Before a non-resident file that is not sealed (a run-level file shown
   // by a cold mount) is opened for writing or truncated: fetches every byte
   // and marks it resident, releasing mu_ meanwhile, so writes never mix
   // with ranges fetched later. EIO when the remote cannot serve it.
-  Status MakeLocalForWriteLocked(std::unique_lock<std::mutex>& lock, uint64_t ino);
+  Status MakeLocalForWriteLocked(MutexLock& lock, uint64_t ino) REQUIRES(mu_);
 
   // CRC32C of the first size bytes of file (filesystem_fast_path.cc).
   static Result<uint32_t> Crc32cOfBacking(BackingFile* file, uint64_t size);
@@ -726,10 +727,10 @@ class FileSystem {
   void ForgetChecksumLocked(Inode* inode, ManifestBatch* batch);
   // user.ckptfs.writer_socket (root) and user.ckptfs.crc32c (files written
   // through the fast path, while the checksum describes them).
-  std::optional<std::string> FastPathXattr(const Inode& inode, const std::string& name) const;
-  void FastPathXattrNames(const Inode& inode, std::vector<std::string>* names) const;
-  UploadProgress ProgressLocked(uint64_t step_ino);
-  void CollectTree(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete);
+  std::optional<std::string> FastPathXattr(const Inode& inode, const std::string& name) const REQUIRES(mu_);
+  void FastPathXattrNames(const Inode& inode, std::vector<std::string>* names) const REQUIRES(mu_);
+  UploadProgress ProgressLocked(uint64_t step_ino) REQUIRES(mu_);
+  void CollectTree(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete) REQUIRES(mu_);
 
   // `.full/` views (filesystem_full.cc). Entry points call these before
   // taking mu_: building a view reads the checkpoint's metadata.
@@ -751,9 +752,9 @@ class FileSystem {
   Result<std::shared_ptr<const FullView>> ViewOf(uint64_t dir_ino);
   // The file at a path relative to dir (for a view's shard reads), or 0.
   // REQUIRES: mu_ held.
-  uint64_t ResolveRelative(uint64_t dir_ino, const std::string& path);
+  uint64_t ResolveRelative(uint64_t dir_ino, const std::string& path) REQUIRES(mu_);
   // Shows `.full` in dir's readdir (--show-full). REQUIRES: mu_ held.
-  bool ListsFullDir(Inode* dir);
+  bool ListsFullDir(Inode* dir) REQUIRES(mu_);
   void ReportViewError(uint64_t ino, const std::string& path, const Status& st);
   // Read without counting it as a FUSE read (a view reading its shards):
   // fetches what is only in the remote, then reads the backing file.
@@ -769,24 +770,24 @@ class FileSystem {
   static Status NotPermittedVirtual() {
     return Status::Error(EPERM, "ckptfs control entries and 'latest' links are managed by ckptfs");
   }
-  Result<Entry> LookupVirtual(uint64_t parent, const std::string& name);
-  Result<Attr> GetAttrVirtual(uint64_t ino);
+  Result<Entry> LookupVirtual(uint64_t parent, const std::string& name) REQUIRES(mu_);
+  Result<Attr> GetAttrVirtual(uint64_t ino) REQUIRES(mu_);
   // who == nullptr: unfiltered.
-  std::string RenderControlFile(uint64_t ino, const Caller* who = nullptr);
+  std::string RenderControlFile(uint64_t ino, const Caller* who = nullptr) REQUIRES(mu_);
   // Sees every path: root, the daemon's own user, or the daemon itself.
   bool SeesEverything(const Caller* who) const;
   // who could look ino's path up: search permission on every directory
   // above it. REQUIRES: mu_ held.
-  bool MayLookUpLocked(uint64_t ino, const Caller& who);
+  bool MayLookUpLocked(uint64_t ino, const Caller& who) REQUIRES(mu_);
   // The same for a path relative to the root: every directory on the way
   // exists and grants search; the last component may be gone (a pruned
   // step). REQUIRES: mu_ held.
-  bool MayLookUpPathLocked(const std::string& path, const Caller& who);
-  std::string RenderEventsFor(const Caller& who);
-  std::string RenderMetricsLocked();
+  bool MayLookUpPathLocked(const std::string& path, const Caller& who) REQUIRES(mu_);
+  std::string RenderEventsFor(const Caller& who) REQUIRES(mu_);
+  std::string RenderMetricsLocked() REQUIRES(mu_);
   // Bytes and regular files below a step now (for steps not yet committed).
-  std::pair<uint64_t, uint64_t> CurrentSize(uint64_t step_ino);
-  std::optional<std::string> StepXattr(uint64_t ino, const std::string& name);
+  std::pair<uint64_t, uint64_t> CurrentSize(uint64_t step_ino) REQUIRES(mu_);
+  std::optional<std::string> StepXattr(uint64_t ino, const std::string& name) REQUIRES(mu_);
 
   const FileSystemOptions options_;
   const StepPattern pattern_;
@@ -796,29 +797,29 @@ class FileSystem {
   EventLog* const events_;
   const timespec start_time_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable step_cv_;  // commit outcomes; commit reservations ending
-  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;  // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, StepRecord> steps_;               // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, StepRuntime> step_runtime_;       // GUARDED_BY(mu_)
-  uint64_t next_ino_ = 2;                                        // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, StepRecord> steps_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, StepRuntime> step_runtime_ GUARDED_BY(mu_);
+  uint64_t next_ino_ GUARDED_BY(mu_) = 2;
   CommitRequester request_commit_;
   IndexRequester request_index_;
   SessionOfFn session_of_;
-  Status manifest_error_;       // GUARDED_BY(mu_) ok = the manifest takes writes
-  ManifestBatch manifest_pending_;  // GUARDED_BY(mu_) failed batches, in order
-  size_t manifest_pending_batches_ = 0;  // GUARDED_BY(mu_)
+  Status manifest_error_ GUARDED_BY(mu_);  // ok = the manifest takes writes
+  ManifestBatch manifest_pending_ GUARDED_BY(mu_);  // failed batches, in order
+  size_t manifest_pending_batches_ GUARDED_BY(mu_) = 0;
   // A change could neither be kept nor undone (a commit's pruning): only a
   // restart, which reloads the manifest, makes the image right again.
-  bool manifest_diverged_ = false;     // GUARDED_BY(mu_)
-  int64_t manifest_error_since_ns_ = 0;  // GUARDED_BY(mu_)
-  int64_t manifest_retry_ns_ = 0;        // GUARDED_BY(mu_) last retry
+  bool manifest_diverged_ GUARDED_BY(mu_) = false;
+  int64_t manifest_error_since_ns_ GUARDED_BY(mu_) = 0;
+  int64_t manifest_retry_ns_ GUARDED_BY(mu_) = 0;  // last retry
   std::unique_ptr<MetadataReserve> reserve_;
   InvalidateEntryFn invalidate_entry_;
-  std::vector<std::pair<uint64_t, std::string>> pending_invalidations_;  // GUARDED_BY(mu_)
+  std::vector<std::pair<uint64_t, std::string>> pending_invalidations_ GUARDED_BY(mu_);
   InvalidateInodeFn invalidate_inode_;
-  std::string writer_socket_;  // GUARDED_BY(mu_)
-  uint64_t fsyncdir_seq_ = 0;  // GUARDED_BY(mu_)
+  std::string writer_socket_ GUARDED_BY(mu_);
+  uint64_t fsyncdir_seq_ GUARDED_BY(mu_) = 0;
 
   FsMetrics metrics_;
   std::unique_ptr<FullViewCache> full_views_;
@@ -827,9 +828,9 @@ class FileSystem {
 
   // Remote tier state (filesystem_tiering.cc).
   TierHooks* tier_ = nullptr;
-  std::map<uint64_t, UploadRecord> uploads_;             // GUARDED_BY(mu_) mirrors kUploads
-  std::unordered_map<std::string, uint64_t> object_keys_;  // GUARDED_BY(mu_) key -> ino of live objects
-  std::unordered_map<std::string, int> claimed_keys_;      // GUARDED_BY(mu_)
+  std::map<uint64_t, UploadRecord> uploads_ GUARDED_BY(mu_);  // mirrors kUploads
+  std::unordered_map<std::string, uint64_t> object_keys_ GUARDED_BY(mu_);  // key -> ino of live objects
+  std::unordered_map<std::string, int> claimed_keys_ GUARDED_BY(mu_);
   // Queued run-level uploads: the version (size, mtime) and run directory
   // the wait was taken for and the step inos it waits for; a newer version,
   // or the file in another run, waits anew.
@@ -839,8 +840,8 @@ class FileSystem {
     uint64_t run = 0;
     std::vector<uint64_t> steps;
   };
-  std::unordered_map<uint64_t, RunFileWait> run_file_waits_;  // GUARDED_BY(mu_)
-  std::set<uint64_t> run_dirs_;  // GUARDED_BY(mu_) as of the last QueueRunFileUploads
+  std::unordered_map<uint64_t, RunFileWait> run_file_waits_ GUARDED_BY(mu_);
+  std::set<uint64_t> run_dirs_ GUARDED_BY(mu_);  // as of the last QueueRunFileUploads
 };
 
 }  // namespace ckptfs

@@ -39,7 +39,7 @@ bool IsStepXattrName(const std::string& name) {
 
 Result<Attr> FileSystem::GetAttr(uint64_t ino) {
   if (IsFullIno(ino)) return GetAttrFull(ino);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(ino)) return GetAttrVirtual(ino);
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
@@ -47,7 +47,7 @@ Result<Attr> FileSystem::GetAttr(uint64_t ino) {
 }
 
 Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsLatestLinkIno(ino)) {
     // A run's virtual `latest` link has no metadata of its own (it shows its
     // run directory's owner): chown -h, touch -h and chown -R/chmod -R of the
@@ -105,7 +105,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
 
 Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) {
   if (IsFullIno(ino)) return GetXattrFull(ino, name);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(ino)) return Status::Error(ENODATA, "no such attribute");
   if (!Find(ino)) return Status::Error(ENOENT, "no such inode");
   if (auto v = StepXattr(ino, name)) return *v;
@@ -132,7 +132,7 @@ Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) 
 
 Result<std::vector<std::string>> FileSystem::ListXattr(uint64_t ino) {
   if (IsFullIno(ino)) return ListXattrFull(ino);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(ino)) return std::vector<std::string>{};
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
@@ -158,7 +158,7 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
     if (value != "1") return Status::Error(EINVAL, "user.ckptfs.commit takes the value 1");
     return CommitAndWait(ino);
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(ino)) return NotPermittedVirtual();
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* inode = Find(ino);
@@ -191,7 +191,7 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
 }
 
 Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(ino)) return NotPermittedVirtual();
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* inode = Find(ino);
@@ -217,7 +217,7 @@ Result<struct statvfs> FileSystem::StatFs() {
   st.f_blocks = space->blocks;
   st.f_bfree = space->blocks_free;
   st.f_bavail = space->blocks_avail;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   st.f_files = inodes_.size() + (1ULL << 32);
   st.f_ffree = 1ULL << 32;
   st.f_favail = st.f_ffree;

@@ -14,7 +14,7 @@ constexpr size_t kSymlinkMax = 4095;
 
 }  // namespace
 
-Result<Inode*> FileSystem::PrepareNewEntry(std::unique_lock<std::mutex>& lock, uint64_t parent,
+Result<Inode*> FileSystem::PrepareNewEntry(MutexLock& lock, uint64_t parent,
                                            const std::string& name) {
   if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommitting(lock, parent);
@@ -40,7 +40,7 @@ Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
   if (name == kFullDirName) {
     if (std::optional<Result<Entry>> full = LookupFullDir(parent)) return *full;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(parent)) return LookupVirtual(parent, name);
   auto dir = FindDir(parent);
   if (!dir.ok()) return dir.status();
@@ -54,7 +54,7 @@ Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
 }
 
 void FileSystem::Forget(uint64_t ino, uint64_t nlookup) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(ino)) return;
   Inode* inode = Find(ino);
   if (!inode) return;
@@ -64,7 +64,7 @@ void FileSystem::Forget(uint64_t ino, uint64_t nlookup) {
 
 Result<Entry> FileSystem::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
                                 uint32_t mode) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
   ManifestBatch batch;
@@ -84,7 +84,7 @@ Result<Entry> FileSystem::Mknod(const Caller& c, uint64_t parent, const std::str
   if (type != S_IFREG && type != S_IFIFO && type != S_IFSOCK) {
     return Status::Error(EPERM, "device nodes are not supported");
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
   ManifestBatch batch;
@@ -100,7 +100,7 @@ Result<Entry> FileSystem::Symlink(const Caller& c, uint64_t parent, const std::s
                                   const std::string& target) {
   if (target.empty()) return Status::Error(ENOENT, "empty symlink target");
   if (target.size() > kSymlinkMax) return Status::Error(ENAMETOOLONG, "symlink target too long");
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
   ManifestBatch batch;
@@ -116,7 +116,7 @@ Result<Entry> FileSystem::Symlink(const Caller& c, uint64_t parent, const std::s
 }
 
 Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(ino)) return NotPermittedVirtual();
   auto dir = PrepareNewEntry(lock, new_parent, new_name);
   if (!dir.ok()) return dir.status();
@@ -135,7 +135,7 @@ Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::str
 }
 
 Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommitting(lock, parent);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
@@ -163,7 +163,7 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
 }
 
 Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommitting(lock, parent);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
@@ -212,7 +212,7 @@ Status FileSystem::TurnOffLatestLinkLocked(Inode* run) {
 }
 
 Result<std::string> FileSystem::Readlink(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (ino & kLatestBit && !(ino & kVirtualBit)) {
     const uint64_t run = ino & ~kLatestBit;
     const uint64_t step = VirtualLatestOf(run);
@@ -233,7 +233,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) {
     return Status::Error(EINVAL, "RENAME_NOREPLACE and RENAME_EXCHANGE together");
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (IsVirtual(parent) || IsVirtual(new_parent)) {
     return Status::Error(EXDEV, "cannot move into or out of the ckptfs control directory");
   }
@@ -370,7 +370,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 
 Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset, size_t max) {
   if (IsFullIno(ino)) return ReaddirFull(ino, offset, max);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<DirEntry> out;
   if (ino == kControlDirIno) {
     const std::pair<const char*, uint64_t> fixed[] = {

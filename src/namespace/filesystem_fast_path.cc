@@ -55,7 +55,7 @@ std::string Hex8(uint32_t v) {
 }  // namespace
 
 void FileSystem::SetWriterSocket(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   writer_socket_ = path;
 }
 
@@ -70,7 +70,7 @@ Result<FileSystem::FastPathFile> FileSystem::OpenForFastPath(const FastPathCalle
   uint64_t parent = kRootIno;
   uint64_t existing = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < names->size(); i++) {
       const std::string& name = (*names)[i];
       Inode* dir = Find(parent);
@@ -168,7 +168,7 @@ Status FileSystem::FinishFastPath(FastPathFile* file, uint64_t size, uint32_t cr
   InvalidateInodeFn invalidate;
   std::string mismatch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     CKPTFS_RETURN_IF_ERROR(CheckHealthy());
     Inode* inode = Find(fh->ino);
     if (!inode) return Status::Error(ENOENT, "fast path: the file was removed");
@@ -212,7 +212,7 @@ Status FileSystem::AbandonFastPath(FastPathFile* file) {
   if (!actual.ok()) return actual.status().Annotate("fast path: size of the backing file");
   InvalidateInodeFn invalidate;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Inode* inode = Find(fh->ino);
     if (!inode) return revoked;
     inode->rec.size = *actual;
@@ -227,7 +227,7 @@ Status FileSystem::AbandonFastPath(FastPathFile* file) {
 Status FileSystem::CheckUnchangedSinceClose(uint64_t ino, BackingFile* file) {
   auto now = file->Stat();
   if (!now.ok()) return now.err() == ENOTSUP ? Status::Ok() : now.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Inode* inode = Find(ino);
   if (!inode || !inode->checksum || inode->checksum->backing_inode == 0) return Status::Ok();
   const ChecksumRecord& at_close = *inode->checksum;
@@ -251,6 +251,7 @@ Status FileSystem::CheckUnchangedSinceClose(uint64_t ino, BackingFile* file) {
 
 void FileSystem::LoadChecksums(Status* decode_error) {
   Status st = manifest_->Scan(KeySpace::kChecksums, "", [&](std::string_view k, std::string_view v) {
+    mu_.AssertHeld();  // runs inside this call, under the lock
     auto ino = DecodeInoKey(k);
     auto rec = DecodeChecksum(v);
     if (!ino.ok() || !rec.ok()) {

@@ -38,7 +38,7 @@ class FsShardReader final : public ShardReader {
   }
 
   Result<uint64_t> Size(const std::string& path) override {
-    std::lock_guard<std::mutex> lock(fs_->mu_);
+    MutexLock lock(&fs_->mu_);
     const uint64_t ino = fs_->ResolveRelative(dir_, path);
     Inode* inode = ino ? fs_->Find(ino) : nullptr;
     if (!inode || !inode->is_reg()) return Status::Error(ENOENT, path + " does not exist");
@@ -50,7 +50,7 @@ class FsShardReader final : public ShardReader {
     if (it == open_.end()) {
       uint64_t ino = 0;
       {
-        std::lock_guard<std::mutex> lock(fs_->mu_);
+        MutexLock lock(&fs_->mu_);
         ino = fs_->ResolveRelative(dir_, path);
       }
       if (ino == 0) return Status::Error(ENOENT, path + " does not exist");
@@ -99,7 +99,7 @@ bool FileSystem::ListsFullDir(Inode* dir) {
 Result<std::shared_ptr<const FullView>> FileSystem::ViewOf(uint64_t dir_ino) {
   std::string dir_name;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Inode* dir = Find(dir_ino);
     if (!dir || !dir->is_dir()) return Status::Error(ENOENT, "no such directory");
     // A step directory's name is no group name (step100.safetensors would
@@ -138,7 +138,7 @@ void FileSystem::ReportViewError(uint64_t ino, const std::string& path, const St
 
 std::optional<Result<Entry>> FileSystem::LookupFullDir(uint64_t parent) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (IsVirtual(parent)) return std::nullopt;
     Inode* dir = Find(parent);
     if (!dir || !dir->is_dir() || HasRealChild(dir, kFullDirName)) return std::nullopt;
@@ -169,7 +169,7 @@ Result<Attr> FileSystem::GetAttrFull(uint64_t ino) {
   const ViewNode& n = (*view)->nodes()[node];
   struct stat st {};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Inode* dir = Find(DirOf(ino));
     if (!dir) return Status::Error(ENOENT, "no such directory");
     st.st_uid = dir->rec.uid;

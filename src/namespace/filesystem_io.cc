@@ -18,7 +18,7 @@ bool WantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
 Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_t pid, const Caller* who) {
   if (IsFullIno(ino)) return OpenFull(ino, flags);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (ino == kStatusFileIno || ino == kEventsFileIno || ino == kMetricsFileIno) {
     if (WantsWrite(flags)) return Status::Error(EROFS, "ckptfs control files are read-only");
     auto fh = std::make_unique<FileHandle>();
@@ -35,7 +35,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
   if (write) CKPTFS_RETURN_IF_ERROR(MakeLocalForWriteLocked(lock, ino));  // remote-only run-level files
   Inode* inode = Find(ino);
   while (inode && inode->evicting) {
-    step_cv_.wait(lock);
+    lock.Wait(step_cv_);
     inode = Find(ino);
   }
   if (!inode) return Status::Error(ENOENT, "no such inode");
@@ -92,7 +92,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
 Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c, uint64_t parent,
                                                                 const std::string& name,
                                                                 uint32_t mode, int flags) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
   // A new file is new data: refused within the manifest's reserve, as its
@@ -179,7 +179,7 @@ int FileSystem::BackingFd(FileHandle* fh) const { return fh->file ? fh->file->fd
 
 void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
   metrics_.fuse_bytes_written += n;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Inode* inode = Find(fh->ino);
   if (!inode) return;
   inode->rec.size = std::max<uint64_t>(inode->rec.size, offset + n);
@@ -198,7 +198,7 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
 }
 
 Status FileSystem::Flush(FileHandle* fh) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Inode* inode = Find(fh->ino);
   if (!inode || inode->rec.nlink == 0) return Status::Ok();
   ManifestBatch batch;
@@ -239,13 +239,13 @@ Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {
   CKPTFS_RETURN_IF_ERROR(fh->file->Sync());
   bool sync_dir = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Inode* inode = Find(fh->ino);
     sync_dir = inode && inode->backing_unsynced;
   }
   // A new file's backing directory entry must be durable too.
   if (sync_dir) CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Inode* inode = Find(fh->ino);
   if (!inode) return Status::Ok();
   if (sync_dir) inode->backing_unsynced = false;
@@ -263,7 +263,7 @@ Status FileSystem::Release(FileHandle* fh) {
     open_writers_total_--;
     last_save_activity_ns_ = clock_->MonotonicNanos();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // The writer's session, in case this close triggers a commit.
   const uint64_t session = !fh->writable || fh->pid == 0 ? 0 : session_of_ ? session_of_(fh->pid) : fh->pid;
   Inode* inode = Find(fh->ino);
@@ -310,7 +310,7 @@ Status FileSystem::OpenDir(uint64_t ino) {
     if (!attr.ok()) return attr.status();
     return S_ISDIR(attr->attr.st_mode) ? Status::Ok() : Status::Error(ENOTDIR, "not a directory");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (ino == kControlDirIno) return Status::Ok();
   if (IsVirtual(ino)) return Status::Error(ENOTDIR, "not a directory");
   auto dir = FindDir(ino);
@@ -320,7 +320,7 @@ Status FileSystem::OpenDir(uint64_t ino) {
 Status FileSystem::FsyncDir() {
   // Directory entries live in the manifest: a synced write makes every
   // earlier one durable.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ManifestBatch batch;
   batch.Put(KeySpace::kMeta, "fsyncdir_seq", std::to_string(++fsyncdir_seq_));
   return Apply(batch, true);

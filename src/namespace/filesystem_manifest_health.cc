@@ -91,12 +91,12 @@ Status FileSystem::CheckHealthy() {
 }
 
 bool FileSystem::RetryManifest() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return TryRecoverManifestLocked();
 }
 
 FileSystem::ManifestHealth FileSystem::ManifestHealthNow() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ManifestHealth h;
   if (manifest_error_.ok()) return h;
   h.ok = false;

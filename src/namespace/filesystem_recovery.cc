@@ -14,6 +14,7 @@ Status FileSystem::Load() {
   CKPTFS_RETURN_IF_ERROR(CheckFormatVersion(*manifest_));
   Status decode_error;
   CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kInodes, "", [&](std::string_view, std::string_view v) {
+    mu_.AssertHeld();  // runs inside this call, under the lock
     auto rec = DecodeInode(v);
     if (!rec.ok()) {
       decode_error = rec.status();
@@ -27,6 +28,7 @@ Status FileSystem::Load() {
   }));
   CKPTFS_RETURN_IF_ERROR(decode_error);
   CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kDentries, "", [&](std::string_view k, std::string_view v) {
+    mu_.AssertHeld();  // runs inside this call, under the lock
     auto key = DecodeNamedKey(k);
     auto dent = DecodeDentry(v);
     if (!key.ok() || !dent.ok()) {
@@ -47,6 +49,7 @@ Status FileSystem::Load() {
   }));
   CKPTFS_RETURN_IF_ERROR(decode_error);
   CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kXattrs, "", [&](std::string_view k, std::string_view v) {
+    mu_.AssertHeld();  // runs inside this call, under the lock
     auto key = DecodeNamedKey(k);
     if (!key.ok()) {
       decode_error = key.status();
@@ -57,6 +60,7 @@ Status FileSystem::Load() {
   }));
   CKPTFS_RETURN_IF_ERROR(decode_error);
   CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kSteps, "", [&](std::string_view k, std::string_view v) {
+    mu_.AssertHeld();  // runs inside this call, under the lock
     auto ino = DecodeInoKey(k);
     auto rec = DecodeStep(v);
     if (!ino.ok() || !rec.ok()) {

@@ -36,19 +36,19 @@ StepPhase PhaseOf(StepState state) {
 }  // namespace
 
 void FileSystem::SetInvalidateEntry(InvalidateEntryFn fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   invalidate_entry_ = std::move(fn);
 }
 
 void FileSystem::SetInvalidateInode(InvalidateInodeFn fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   invalidate_inode_ = std::move(fn);
 }
 
 void FileSystem::DropPageCache(const std::vector<uint64_t>& inos) {
   InvalidateInodeFn fn;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     fn = invalidate_inode_;
   }
   if (!fn) return;
@@ -59,7 +59,7 @@ void FileSystem::FlushInvalidations() {
   std::vector<std::pair<uint64_t, std::string>> todo;
   InvalidateEntryFn fn;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     todo.swap(pending_invalidations_);
     fn = invalidate_entry_;
   }
@@ -128,7 +128,7 @@ std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
 }
 
 Result<std::vector<StepDecision>> FileSystem::PlanRetentionFor(uint64_t run_ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto run = FindDir(run_ino);
   if (!run.ok()) return run.status();
   return PlanLocked(*run);
@@ -217,7 +217,7 @@ Result<size_t> FileSystem::CollectGarbage(size_t max) {
   for (uint64_t ino : inos) {
     bool live;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       // Deleted inodes may stay in memory while the kernel still holds a
       // lookup on them; those are not live. Open orphans are, and their
       // last close deletes the data.
@@ -226,7 +226,7 @@ Result<size_t> FileSystem::CollectGarbage(size_t max) {
     }
     if (!live) CKPTFS_RETURN_IF_ERROR(data_->Remove(ino));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ManifestBatch batch;
   for (uint64_t ino : inos) batch.Delete(KeySpace::kGc, InoKey(ino));
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));

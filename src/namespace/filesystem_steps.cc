@@ -212,7 +212,7 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
   constexpr uint64_t kMaxIndexBytes = 64 << 10;
   uint64_t size = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Inode* file = Find(file_ino);
     if (!file || !file->is_reg() || file->rec.nlink == 0) return Status::Ok();
     size = file->rec.size;
@@ -225,7 +225,7 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
   if (!n.ok()) return n.status();
   text.resize(*n);
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Inode* file = Find(file_ino);
   if (!file || file->rec.nlink == 0) return Status::Ok();
   Inode* run = Find(file->rec.parent);
@@ -289,13 +289,13 @@ void FileSystem::CollectFiles(Inode* dir, const std::string& prefix,
   }
 }
 
-void FileSystem::WaitUntilNotCommitting(std::unique_lock<std::mutex>& lock, uint64_t dir_ino) {
+void FileSystem::WaitUntilNotCommitting(MutexLock& lock, uint64_t dir_ino) {
   for (;;) {
     const uint64_t step = StepOf(dir_ino);
     if (step == 0) return;
     auto rt = step_runtime_.find(step);
     if (rt == step_runtime_.end() || !rt->second.committing) return;
-    step_cv_.wait(lock);
+    lock.Wait(step_cv_);
   }
 }
 
@@ -314,7 +314,7 @@ void FileSystem::EmitStepEvent(const char* event, uint64_t step_ino, const StepR
 }
 
 Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = steps_.find(step_ino);
   if (it == steps_.end()) return Status::Error(EALREADY, "no longer a checkpoint step");
   if (it->second.state == StepState::kCommitted) return Status::Error(EALREADY, "already committed");
@@ -355,7 +355,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
 }
 
 void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken, bool settling) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   StepRuntime& rt = step_runtime_[step_ino];
   rt.committing = false;
   rt.settling = settling;
@@ -401,7 +401,7 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
 }
 
 void FileSystem::DropCommitRequest(uint64_t step_ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   StepRuntime& rt = step_runtime_[step_ino];
   rt.committing = false;
   rt.outcome_gen++;
@@ -422,7 +422,7 @@ void FileSystem::DropCommitRequest(uint64_t step_ino) {
 }
 
 Status FileSystem::FinishCommit(const CommitPlan& plan) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   StepRuntime& rt = step_runtime_[plan.step_ino];
   auto it = steps_.find(plan.step_ino);
   if (it == steps_.end() || !rt.committing) {
@@ -515,7 +515,7 @@ Result<std::unique_ptr<BackingFile>> FileSystem::OpenBacking(uint64_t ino) {
 
 void FileSystem::RequestIdleCommits() {
   if (options_.commit_idle_ns <= 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const int64_t now = clock_->MonotonicNanos();
   for (auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kWriting) continue;
@@ -529,7 +529,7 @@ void FileSystem::RequestIdleCommits() {
 }
 
 void FileSystem::RequestSettledCommits() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const int64_t now = clock_->MonotonicNanos();
   for (auto& [ino, rt] : step_runtime_) {
     if (!rt.commit_wanted || rt.committing || !rt.settling) continue;
@@ -539,7 +539,7 @@ void FileSystem::RequestSettledCommits() {
 }
 
 void FileSystem::RequestRecoveredCommits() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!request_commit_) return;
   for (const auto& [ino, rt] : step_runtime_) {
     if (rt.recovered && rt.commit_wanted) request_commit_(ino);
@@ -547,12 +547,12 @@ void FileSystem::RequestRecoveredCommits() {
 }
 
 void FileSystem::RequestCommit(uint64_t step_ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RequestCommitLocked(step_ino, CommitTrigger::kExplicit);
 }
 
 Status FileSystem::CommitAndWait(uint64_t step_ino) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = steps_.find(step_ino);
   if (it == steps_.end()) {
     return Status::Error(EINVAL, "not a checkpoint step directory (name does not match the step pattern)");
@@ -566,10 +566,11 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
   // commit may be waiting for. `ckptfs commit` polls the state afterwards.
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::nanoseconds(options_.commit_wait_ns) + std::chrono::seconds(5);
-  step_cv_.wait_until(lock, deadline, [&] {
+  for (;;) {
     auto rt = step_runtime_.find(step_ino);
-    return rt == step_runtime_.end() || rt->second.outcome_gen != gen;
-  });
+    if (rt == step_runtime_.end() || rt->second.outcome_gen != gen) break;
+    if (!lock.WaitUntil(step_cv_, deadline)) break;
+  }
   it = steps_.find(step_ino);
   if (it == steps_.end()) return Status::Error(ENOENT, "step was removed");
   switch (it->second.state) {
@@ -592,7 +593,7 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
 }
 
 std::vector<StepSummary> FileSystem::Steps() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<StepSummary> out;
   for (const auto& [ino, rec] : steps_) out.push_back(StepSummary{ino, PathOfLocked(ino), rec});
   std::sort(out.begin(), out.end(), [](const StepSummary& a, const StepSummary& b) {

@@ -115,6 +115,7 @@ bool FileSystem::RunFileReadyLocked(Inode* inode) {
   std::vector<uint64_t>& steps = it->second.steps;
   steps.erase(std::remove_if(steps.begin(), steps.end(),
                              [&](uint64_t step) {
+                               mu_.AssertHeld();  // runs inside this call, under the lock
                                auto rec = steps_.find(step);
                                Inode* dir = Find(step);
                                return rec == steps_.end() || !dir || dir->rec.parent != inode->rec.parent ||
@@ -143,12 +144,13 @@ bool FileSystem::RunFileWillReplaceLocked(const std::string& key) {
 }
 
 void FileSystem::SetTierHooks(TierHooks* hooks) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   tier_ = hooks;
 }
 
 void FileSystem::LoadTierState(Status* decode_error) {
   Status st = manifest_->Scan(KeySpace::kObjects, "", [&](std::string_view k, std::string_view v) {
+    mu_.AssertHeld();  // runs inside this call, under the lock
     auto ino = DecodeInoKey(k);
     auto rec = DecodeObject(v);
     if (!ino.ok() || !rec.ok()) {
@@ -164,6 +166,7 @@ void FileSystem::LoadTierState(Status* decode_error) {
   if (!st.ok()) *decode_error = st;
   if (!decode_error->ok()) return;
   st = manifest_->Scan(KeySpace::kUploads, "", [&](std::string_view k, std::string_view v) {
+    mu_.AssertHeld();  // runs inside this call, under the lock
     auto ino = DecodeInoKey(k);
     auto rec = DecodeUpload(v);
     if (!ino.ok() || !rec.ok()) {
@@ -265,7 +268,7 @@ void FileSystem::NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std:
 }
 
 std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std::set<uint64_t>& busy) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<UploadJob> out;
   ManifestBatch drop;
   for (auto it = uploads_.begin(); it != uploads_.end() && out.size() < max;) {
@@ -306,7 +309,7 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
 }
 
 Status FileSystem::NoteMultipartStarted(const UploadJob& job, const std::string& upload_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = uploads_.find(job.ino);
   if (it == uploads_.end()) return Status::Ok();
   it->second.upload_id = upload_id;
@@ -317,7 +320,7 @@ Status FileSystem::NoteMultipartStarted(const UploadJob& job, const std::string&
 }
 
 void FileSystem::ClaimKey(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   claimed_keys_[key]++;
   ManifestBatch batch;
   batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, false));
@@ -326,14 +329,14 @@ void FileSystem::ClaimKey(const std::string& key) {
 }
 
 void FileSystem::ReleaseKey(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = claimed_keys_.find(key);
   if (it != claimed_keys_.end() && --it->second <= 0) claimed_keys_.erase(it);
 }
 
 Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t chunk_size,
                                 std::vector<uint32_t> chunk_crcs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = claimed_keys_.find(job.key); it != claimed_keys_.end() && --it->second <= 0) {
     claimed_keys_.erase(it);
   }
@@ -426,7 +429,7 @@ void FileSystem::CollectTree(Inode* dir, const std::string& prefix, CommitObject
 }
 
 std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<PersistJob> out;
   if (!options_.remote) return out;
   for (const auto& [ino, rec] : steps_) {
@@ -448,7 +451,7 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
 }
 
 Status FileSystem::MarkPersisted(const PersistJob& job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = claimed_keys_.find(job.key); it != claimed_keys_.end() && --it->second <= 0) {
     claimed_keys_.erase(it);
   }
@@ -474,7 +477,7 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
 }
 
 Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RemoteGcBatch out;
   ManifestBatch drop;
   // A run whose index is about to go up keeps its steps' commit objects
@@ -486,6 +489,7 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
     const std::string prefix(1, commit ? kRemoteGcCommitPrefix : kRemoteGcDataPrefix);
     CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kRemoteGc, prefix,
                                            [&](std::string_view k, std::string_view) {
+      mu_.AssertHeld();  // the scan runs inside this call, under the lock
       const std::string key(RemoteGcObjectKey(k));
       std::string step_path;
       if (claimed_keys_.count(key) ||
@@ -512,14 +516,14 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
 }
 
 Status FileSystem::RemoteDeletionsDone(const RemoteGcBatch& done) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ManifestBatch batch;
   for (const auto& key : done.keys) batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, done.commit_objects));
   return Apply(batch, false);
 }
 
 size_t FileSystem::RemoteDeletionsQueued() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   (void)manifest_->Scan(KeySpace::kRemoteGc, "", [&](std::string_view, std::string_view) {
     n++;
@@ -529,7 +533,7 @@ size_t FileSystem::RemoteDeletionsQueued() {
 }
 
 std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidates() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<EvictionCandidate> out;
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || !rec.persisted) continue;
@@ -550,7 +554,7 @@ std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidates() {
 
 Status FileSystem::Evict(uint64_t ino) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Inode* f = Find(ino);
     if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) {
       return Status::Error(EBUSY, "no longer evictable");
@@ -571,7 +575,7 @@ Status FileSystem::Evict(uint64_t ino) {
     if (tier_) tier_->Forget(ino);
   }
   Status st = data_->Remove(ino);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (Inode* f = Find(ino)) f->evicting = false;
   step_cv_.notify_all();
   return st;
@@ -579,7 +583,7 @@ Status FileSystem::Evict(uint64_t ino) {
 
 Status FileSystem::MarkResident(uint64_t ino, BackingFile* file) {
   CKPTFS_RETURN_IF_ERROR(file->Sync());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Inode* f = Find(ino);
   if (!f || !f->object || f->object->resident || f->evicting) return Status::Ok();
   ObjectRecord rec = *f->object;
@@ -592,14 +596,14 @@ Status FileSystem::MarkResident(uint64_t ino, BackingFile* file) {
 }
 
 std::optional<ObjectRecord> FileSystem::ObjectRecordFor(uint64_t ino, const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Inode* f = Find(ino);
   if (!f || !f->object || f->object->key != key) return std::nullopt;
   return *f->object;
 }
 
 uint64_t FileSystem::ResidentBytes() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t total = 0;
   for (const auto& [ino, inode] : inodes_) {
     if (inode->is_reg() && (!inode->object || inode->object->resident)) total += inode->rec.size;
@@ -608,7 +612,7 @@ uint64_t FileSystem::ResidentBytes() {
 }
 
 std::set<std::string> FileSystem::StepPathsBeingDeleted() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::set<std::string> out;
   const std::string prefix(1, kRemoteGcCommitPrefix);
   (void)manifest_->Scan(KeySpace::kRemoteGc, prefix, [&](std::string_view k, std::string_view) {
@@ -620,7 +624,7 @@ std::set<std::string> FileSystem::StepPathsBeingDeleted() {
 }
 
 Status FileSystem::ImportStep(const CommitObject& obj) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* root = Find(kRootIno);
   const Caller owner{root->rec.uid, root->rec.gid};
@@ -684,6 +688,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   const uint64_t step_ino = (*step_dir)->rec.ino;
   // Directories first (parents before children), then files and symlinks.
   auto parent_of = [&](const std::string& rel, std::string* leaf) -> Result<Inode*> {
+    mu_.AssertHeld();  // runs inside this call, under the lock
     const size_t slash = rel.rfind('/');
     *leaf = slash == std::string::npos ? rel : rel.substr(slash + 1);
     Inode* at = *step_dir;
@@ -798,7 +803,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
 }
 
 void FileSystem::QueueRunFileUploads() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!options_.remote) return;
   // Run directories are the parents of steps. A directory inside a step
   // is not one: its files are the step's.
@@ -823,7 +828,7 @@ void FileSystem::QueueRunFileUploads() {
 }
 
 Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objects) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* root = Find(kRootIno);
   const Caller owner{root->rec.uid, root->rec.gid};
@@ -873,7 +878,9 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
   return imported;
 }
 
-Status FileSystem::MakeLocalForWriteLocked(std::unique_lock<std::mutex>& lock, uint64_t ino) {
+// Not analysed: it lets go of the caller's lock for the fetch and takes it
+// back, which the analysis cannot follow through a reference.
+Status FileSystem::MakeLocalForWriteLocked(MutexLock& lock, uint64_t ino) NO_THREAD_SAFETY_ANALYSIS {
   // A few rounds at most: each fetches the object the file has then.
   for (int round = 0; round < 3; round++) {
     Inode* inode = Find(ino);
@@ -884,7 +891,7 @@ Status FileSystem::MakeLocalForWriteLocked(std::unique_lock<std::mutex>& lock, u
     if (!tier) return Status::Error(EIO, PathOfLocked(ino) + ": its data is only in the remote (mount with --remote)");
     const std::string key = inode->object->key;
     const uint64_t size = inode->rec.size;
-    lock.unlock();
+    lock.Unlock();
     // Every byte, also those the write or truncation would replace: a
     // chunk some reader's read-ahead is fetching is waited for, so no
     // fetch lands on the new contents later. In windows, so a large file
@@ -896,7 +903,7 @@ Status FileSystem::MakeLocalForWriteLocked(std::unique_lock<std::mutex>& lock, u
       st = tier->EnsureLocal(ino, key, size, file->get(), off, static_cast<size_t>(std::min(kWindow, size - off)));
     }
     if (st.ok()) st = MarkResident(ino, file->get());
-    lock.lock();
+    lock.Lock();
     if (!st.ok()) return st.Annotate("fetching " + key + " before writing it");
   }
   return Status::Error(EAGAIN, "the file kept changing while it was fetched before writing");
