@@ -42,7 +42,7 @@ USES = {
 # Outside libraries: the layers that may include them.
 SYSTEM = {
     "fuse": {"daemon"}, "fuse_lowlevel.h": {"daemon"}, "fuse.h": {"daemon"},
-    "curl": {"remote"}, "openssl": {"remote"}, "rocksdb": {"store"},
+    "curl": {"remote"}, "openssl": {"remote"}, "pugixml.hpp": {"remote"}, "rocksdb": {"store"},
 }
 # Tests link everything; the rule is for the code that ships.
 TEST_FILE = re.compile(r"(_test\.cc|_test_util\.h|_for_test\.(cc|h)|test_env\.h|_fuzz\.cc)$")

@@ -1,9 +1,11 @@
-// The XML reader and S3 documents; see s3_xml.h.
+// The S3 documents, read through pugixml; see s3_xml.h.
 #include "remote/s3_xml.h"
 
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+
+#include <pugixml.hpp>
 
 namespace ckptfs {
 
@@ -11,17 +13,22 @@ namespace {
 
 constexpr size_t kMaxDepth = 64;
 
+// pugixml does the tokenizing. Entity references are left undecoded
+// (no parse_escapes) because pugixml passes unknown or invalid ones through
+// as text, and a reply that says "&foo;" is one we did not understand: the
+// strict DecodeText below refuses it. parse_fragment keeps text outside the
+// root element as nodes, so trailing garbage is seen rather than dropped;
+// parse_ws_pcdata keeps whitespace-only text ("<Key> </Key>" is a real key).
+// No custom entities are expanded, so a DOCTYPE cannot inflate the document.
+constexpr unsigned kParseOptions =
+    pugi::parse_cdata | pugi::parse_eol | pugi::parse_ws_pcdata | pugi::parse_fragment;
+
 Status Malformed(const std::string& why, size_t at) {
   return Status::Error(EIO, "malformed XML: " + why + " at byte " + std::to_string(at));
 }
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
 bool AllSpace(std::string_view s) {
-  for (char c : s) {
-    if (!IsSpace(c)) return false;
-  }
-  return true;
+  return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
 void AppendUtf8(uint32_t cp, std::string* out) {
@@ -92,171 +99,79 @@ std::string_view LocalName(std::string_view qname) {
   return colon == std::string_view::npos ? qname : qname.substr(colon + 1);
 }
 
-// An iterative reader: an explicit stack instead of recursion, so no input
-// can exhaust the call stack.
-class XmlReader {
- public:
-  explicit XmlReader(std::string_view doc) : doc_(doc) {}
+size_t OffsetOf(const pugi::xml_node& node) {
+  const ptrdiff_t at = node.offset_debug();
+  return at < 0 ? 0 : static_cast<size_t>(at);
+}
 
-  Result<XmlElement> Read() {
-    if (doc_.substr(0, 3) == "\xEF\xBB\xBF") pos_ = 3;  // UTF-8 byte order mark
-    while (pos_ < doc_.size()) {
-      Status st = doc_[pos_] == '<' ? Markup() : Text();
-      if (!st.ok()) return st;
-    }
-    if (!stack_.empty()) {
-      return Malformed("element <" + stack_.back().qname + "> is not closed", doc_.size());
-    }
-    if (!have_root_) return Malformed("no element", doc_.size());
-    return std::move(root_);
-  }
-
- private:
-  struct Open {
-    std::string qname;
-    XmlElement element;
+// Copies source's name, text and element children into out. Iterative, with
+// an explicit stack and the depth bound, so no document exhausts our stack.
+Status Convert(const pugi::xml_node& source, XmlElement* out) {
+  struct Pending {
+    pugi::xml_node node;
+    XmlElement* element;
+    size_t depth;
   };
-
-  // Skips to just past terminator; false when it never comes.
-  bool SkipPast(std::string_view terminator) {
-    const size_t end = doc_.find(terminator, pos_);
-    if (end == std::string_view::npos) return false;
-    pos_ = end + terminator.size();
-    return true;
-  }
-
-  Status Text() {
-    const size_t start = pos_;
-    size_t end = doc_.find('<', pos_);
-    if (end == std::string_view::npos) end = doc_.size();
-    pos_ = end;
-    const std::string_view text = doc_.substr(start, end - start);
-    if (stack_.empty()) {
-      if (AllSpace(text)) return Status::Ok();
-      return Malformed("text outside the root element", start);
-    }
-    return DecodeText(text, start, &stack_.back().element.text);
-  }
-
-  Status Markup() {
-    const size_t start = pos_;
-    const std::string_view rest = doc_.substr(pos_);
-    if (rest.substr(0, 4) == "<!--") {
-      return SkipPast("-->") ? Status::Ok() : Malformed("unterminated comment", start);
-    }
-    if (rest.substr(0, 9) == "<![CDATA[") {
-      pos_ += 9;
-      const size_t end = doc_.find("]]>", pos_);
-      if (end == std::string_view::npos) return Malformed("unterminated CDATA section", start);
-      if (stack_.empty()) return Malformed("CDATA outside the root element", start);
-      stack_.back().element.text.append(doc_.substr(pos_, end - pos_));
-      pos_ = end + 3;
-      return Status::Ok();
-    }
-    if (rest.substr(0, 2) == "<?") {
-      return SkipPast("?>") ? Status::Ok() : Malformed("unterminated processing instruction", start);
-    }
-    if (rest.substr(0, 2) == "<!") {
-      // A DOCTYPE; an internal subset ends with "]>".
-      const size_t bracket = rest.find('[');
-      const size_t gt = rest.find('>');
-      const bool subset = bracket != std::string_view::npos && bracket < gt;
-      return SkipPast(subset ? "]>" : ">") ? Status::Ok() : Malformed("unterminated <!", start);
-    }
-    if (rest.substr(0, 2) == "</") return EndTag();
-    return StartTag();
-  }
-
-  // The name at pos_ (up to whitespace, '/', '>' or '='); empty if none.
-  std::string_view Name() {
-    const size_t start = pos_;
-    while (pos_ < doc_.size() && !IsSpace(doc_[pos_]) && doc_[pos_] != '/' &&
-           doc_[pos_] != '>' && doc_[pos_] != '=' && doc_[pos_] != '<') {
-      pos_++;
-    }
-    return doc_.substr(start, pos_ - start);
-  }
-
-  void SkipSpace() {
-    while (pos_ < doc_.size() && IsSpace(doc_[pos_])) pos_++;
-  }
-
-  Status StartTag() {
-    const size_t start = pos_;
-    pos_++;  // '<'
-    const std::string_view qname = Name();
-    if (qname.empty()) return Malformed("element without a name", start);
-    if (stack_.empty() && have_root_) return Malformed("a second root element", start);
-    if (stack_.size() >= kMaxDepth) return Malformed("elements nested too deep", start);
-    // Attributes: read past, values skipped (S3 puts nothing we need there).
-    bool self_closing = false;
-    for (;;) {
-      SkipSpace();
-      if (pos_ >= doc_.size()) return Malformed("unterminated tag <" + std::string(qname), start);
-      if (doc_[pos_] == '>') {
-        pos_++;
-        break;
+  std::vector<Pending> work{{source, out, 1}};
+  while (!work.empty()) {
+    const Pending p = work.back();
+    work.pop_back();
+    p.element->name = std::string(LocalName(p.node.name()));
+    for (const pugi::xml_node& child : p.node.children()) {
+      switch (child.type()) {
+        case pugi::node_pcdata: {
+          Status st = DecodeText(child.value(), OffsetOf(child), &p.element->text);
+          if (!st.ok()) return st;
+          break;
+        }
+        case pugi::node_cdata:
+          p.element->text.append(child.value());
+          break;
+        case pugi::node_element:
+          if (p.depth >= kMaxDepth) return Malformed("elements nested too deep", OffsetOf(child));
+          p.element->children.emplace_back();
+          break;
+        default:  // comments, processing instructions: not parsed at all
+          break;
       }
-      if (doc_[pos_] == '/') {
-        if (pos_ + 1 >= doc_.size() || doc_[pos_ + 1] != '>') return Malformed("stray '/'", pos_);
-        pos_ += 2;
-        self_closing = true;
-        break;
-      }
-      const size_t attr = pos_;
-      if (Name().empty()) return Malformed("bad attribute", attr);
-      SkipSpace();
-      if (pos_ >= doc_.size() || doc_[pos_] != '=') return Malformed("attribute without '='", attr);
-      pos_++;
-      SkipSpace();
-      if (pos_ >= doc_.size() || (doc_[pos_] != '"' && doc_[pos_] != '\'')) {
-        return Malformed("unquoted attribute value", attr);
-      }
-      const char quote = doc_[pos_++];
-      const size_t end = doc_.find(quote, pos_);
-      if (end == std::string_view::npos) return Malformed("unterminated attribute value", attr);
-      pos_ = end + 1;
     }
-    Open open{std::string(qname), XmlElement{}};
-    open.element.name = std::string(LocalName(qname));
-    stack_.push_back(std::move(open));
-    if (self_closing) Close();
-    return Status::Ok();
-  }
-
-  Status EndTag() {
-    const size_t start = pos_;
-    pos_ += 2;  // "</"
-    const std::string_view qname = Name();
-    SkipSpace();
-    if (pos_ >= doc_.size() || doc_[pos_] != '>') return Malformed("unterminated end tag", start);
-    pos_++;
-    if (stack_.empty()) return Malformed("end tag </" + std::string(qname) + "> without a start", start);
-    if (stack_.back().qname != qname) {
-      return Malformed("</" + std::string(qname) + "> closes <" + stack_.back().qname + ">", start);
-    }
-    Close();
-    return Status::Ok();
-  }
-
-  // Pops the innermost open element into its parent (or the root).
-  void Close() {
-    XmlElement done = std::move(stack_.back().element);
-    stack_.pop_back();
-    if (stack_.empty()) {
-      root_ = std::move(done);
-      have_root_ = true;
-    } else {
-      stack_.back().element.children.push_back(std::move(done));
+    // The children vector is complete, so these pointers stay valid.
+    size_t i = 0;
+    for (const pugi::xml_node& child : p.node.children()) {
+      if (child.type() != pugi::node_element) continue;
+      work.push_back({child, &p.element->children[i++], p.depth + 1});
     }
   }
+  return Status::Ok();
+}
 
-  const std::string_view doc_;
-  size_t pos_ = 0;
-  std::vector<Open> stack_;
-  XmlElement root_;
-  bool have_root_ = false;
-};
+Result<XmlElement> ReadDocument(std::string_view doc) {
+  // pugixml stops at a NUL (its strings are C strings); XML allows none, and
+  // bytes after one must not be silently ignored.
+  if (const size_t nul = doc.find('\0'); nul != std::string_view::npos) {
+    return Malformed("NUL byte", nul);
+  }
+  pugi::xml_document tree;
+  const pugi::xml_parse_result parsed =
+      tree.load_buffer(doc.data(), doc.size(), kParseOptions, pugi::encoding_utf8);
+  if (!parsed) return Malformed(parsed.description(), static_cast<size_t>(parsed.offset));
+  // parse_fragment accepts any sequence at the top; a document is exactly
+  // one element among whitespace, comments and a declaration or DOCTYPE.
+  pugi::xml_node root;
+  for (const pugi::xml_node& top : tree.children()) {
+    if (top.type() == pugi::node_element) {
+      if (root) return Malformed("a second root element", OffsetOf(top));
+      root = top;
+    } else if (top.type() == pugi::node_pcdata || top.type() == pugi::node_cdata) {
+      if (!AllSpace(top.value())) return Malformed("text outside the root element", OffsetOf(top));
+    }
+  }
+  if (!root) return Malformed("no element", doc.size());
+  XmlElement out;
+  Status st = Convert(root, &out);
+  if (!st.ok()) return st;
+  return out;
+}
 
 Result<XmlElement> ParseRoot(std::string_view xml, std::string_view want, const char* what) {
   Result<XmlElement> root = ParseXml(xml);
@@ -298,7 +213,7 @@ std::string XmlElement::ChildText(std::string_view child_name) const {
   return c == nullptr ? std::string() : c->text;
 }
 
-Result<XmlElement> ParseXml(std::string_view doc) { return XmlReader(doc).Read(); }
+Result<XmlElement> ParseXml(std::string_view doc) { return ReadDocument(doc); }
 
 std::string XmlEscape(std::string_view s) {
   std::string out;

@@ -1,12 +1,10 @@
-// The few S3 XML documents the S3 client reads and writes, and a small
-// tolerant XML reader for them. S3's responses are simple (elements and
-// text, no mixed content that matters), so a hand-written reader of ~200
-// lines serves better than a new library dependency. It understands
-// elements, attributes (skipped), character and the five predefined entity
-// references, CDATA, comments, processing instructions and a DOCTYPE
-// (skipped); namespace prefixes are dropped. It never crashes or loops on
-// bad input: anything it cannot read is EIO with the reason and the byte
-// offset.
+// The few S3 XML documents the S3 client reads and writes. pugixml
+// (libpugixml-dev) tokenizes; this file keeps what S3 needs on top: local
+// names (namespace prefixes dropped), each element's text with the five
+// predefined entities and character references decoded strictly (an unknown
+// entity is an error, not text), CDATA, and comments, processing
+// instructions and a DOCTYPE skipped. It never crashes or loops on bad
+// input: anything it cannot read is EIO with the reason and the byte offset.
 #pragma once
 
 #include <cstdint>

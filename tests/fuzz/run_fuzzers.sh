@@ -59,6 +59,12 @@ declare -A max_len=(
   [olmo_metadata]=8192
   [s3_xml]=8192
 )
+# target -> system libraries to link. pugixml comes from Debian's
+# libpugixml-dev as a plain (uninstrumented) library: ASan and coverage see
+# our code around it, not its insides (upstream fuzzes pugixml in OSS-Fuzz).
+declare -A libs=(
+  [s3_xml]="-lpugixml"
+)
 all_targets=(pickle_reader dcp_metadata torch_zip safetensors_header olmo_metadata s3_xml)
 read -r -a targets <<<"${CKPTFS_FUZZ_TARGETS:-${all_targets[*]}}"
 for t in "${targets[@]}"; do
@@ -182,7 +188,8 @@ for t in "${runnable[@]}"; do
   for o in "${objs[@]}"; do [[ ! -f "$bin" || "$o" -nt "$bin" ]] && newest=1; done
   if ((newest)); then
     log "linking ${t}_fuzz"
-    if ! "$cxx" "${ldflags[@]}" "${objs[@]}" -o "$bin" >"$build/logs/$t.link.log" 2>&1; then
+    read -r -a target_libs <<<"${libs[$t]:-}"
+    if ! "$cxx" "${ldflags[@]}" "${objs[@]}" "${target_libs[@]}" -o "$bin" >"$build/logs/$t.link.log" 2>&1; then
       sed 's/^/  /' "$build/logs/$t.link.log" | head -n 40
       result[$t]="LINK FAILED"
       failed+=("$t")

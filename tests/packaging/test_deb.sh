@@ -103,6 +103,9 @@ field_has "$main" Depends libfuse3-3
 field_has "$main" Depends librocksdb
 field_has "$main" Depends libcurl
 field_has "$main" Depends libssl3
+# Issue 16: pugixml reads S3's XML, ISA-L computes CRC32C (${shlibs:Depends}).
+field_has "$main" Depends libpugixml1v5
+field_has "$main" Depends libisal2
 
 x="$work/ckptfs"
 dpkg-deb -x "$main" "$x"
@@ -177,6 +180,7 @@ if ((with_writer)); then
     has_file "$dev" "usr/lib/$multiarch/pkgconfig/ckptfs-writer.pc"
     has_file "$py" usr/lib/python3/dist-packages/ckptfs/__init__.py
     has_file "$py" usr/lib/python3/dist-packages/ckptfs/writer.py
+    field_has "$lib" Depends libisal2
     field_has "$dev" Depends "libckptfs-writer1 (= $version)"
     field_has "$py" Depends "libckptfs-writer1"
     field_has "$py" Depends "python3"
