@@ -52,6 +52,8 @@
 
 namespace ckptfs {
 
+struct Holdings;  // control/status_report.h
+
 struct FileSystemOptions {
   std::string step_pattern = kDefaultStepPattern;
   std::vector<std::string> commit_markers = kDefaultCommitMarkers;
@@ -786,6 +788,11 @@ class FileSystem {
   std::string RenderMetricsLocked();
   // Bytes and regular files below a step now (for steps not yet committed).
   std::pair<uint64_t, uint64_t> CurrentSize(uint64_t step_ino);
+  // What ckptfs holds, for status.json (mu_ held); and the two queries it
+  // shares with the remote tier, lock already held.
+  Holdings HoldingsLocked();
+  std::vector<EvictionCandidate> EvictionCandidatesLocked();
+  uint64_t ResidentBytesLocked();
   std::optional<std::string> StepXattr(uint64_t ino, const std::string& name);
 
   const FileSystemOptions options_;

@@ -530,6 +530,10 @@ size_t FileSystem::RemoteDeletionsQueued() {
 
 std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidates() {
   std::lock_guard<std::mutex> lock(mu_);
+  return EvictionCandidatesLocked();
+}
+
+std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidatesLocked() {
   std::vector<EvictionCandidate> out;
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || !rec.persisted) continue;
@@ -600,6 +604,10 @@ std::optional<ObjectRecord> FileSystem::ObjectRecordFor(uint64_t ino, const std:
 
 uint64_t FileSystem::ResidentBytes() {
   std::lock_guard<std::mutex> lock(mu_);
+  return ResidentBytesLocked();
+}
+
+uint64_t FileSystem::ResidentBytesLocked() {
   uint64_t total = 0;
   for (const auto& [ino, inode] : inodes_) {
     if (inode->is_reg() && (!inode->object || inode->object->resident)) total += inode->rec.size;
