@@ -1,6 +1,6 @@
 /*
  * libckptfs-writer: write a file inside a ckptfs mount from host or CUDA
- * device memory at the speed of the disk (SPEC section 7).
+ * device memory at the speed of the disk.
  *
  * Inside a ckptfs mount the daemon hands the library a descriptor of the
  * file's local backing file over a Unix socket, so the bytes never pass

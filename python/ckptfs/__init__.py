@@ -1,6 +1,6 @@
 """ckptfs: Python side of the ckptfs checkpoint filesystem.
 
-`ckptfs.writer` binds libckptfs-writer (SPEC section 7) with ctypes: no build
+`ckptfs.writer` binds libckptfs-writer (the C writer library) with ctypes: no build
 step, and importing it loads nothing; the library is looked up at first use.
 """
 

@@ -97,24 +97,39 @@ void RenderUploads(const nlohmann::json& status, std::ostringstream& out) {
   }
 }
 
+// What ckptfs holds, then the cache filesystem's free space beside it: the
+// filesystem's own "used" counts whatever else shares the disk, so it is not
+// shown. A status.json from a daemon without the holdings (older versions)
+// shows the disk alone.
+void RenderCache(const nlohmann::json& status, std::ostringstream& out) {
+  const auto& cache = status["cache"];
+  const double total = cache.value("bytes_total", 0.0);
+  const double free_bytes = cache.value("bytes_free", 0.0);
+  out << "cache: " << cache.value("dir", "?");
+  if (cache.contains("local_bytes")) out << ", ckptfs holds " << HumanBytes(cache.value("local_bytes", 0.0));
+  out << "; disk " << HumanBytes(free_bytes) << " free of " << HumanBytes(total) << "\n";
+  if (cache.contains("committed_bytes")) {
+    out << "  steps: " << HumanBytes(cache.value("committed_bytes", 0.0)) << " committed";
+    // Persisted and evictable mean something only with a remote.
+    if (status.contains("remote")) {
+      out << " (" << HumanBytes(cache.value("persisted_bytes", 0.0)) << " persisted, "
+          << HumanBytes(cache.value("evictable_bytes", 0.0)) << " evictable)";
+    }
+    out << ", " << HumanBytes(cache.value("writing_bytes", 0.0)) << " being written\n";
+  }
+  if (cache.value("bytes_limit", 0.0) > 0) {
+    out << "  --cache-size: " << HumanBytes(cache.value("bytes_used", 0.0)) << " of "
+        << HumanBytes(cache.value("bytes_limit", 0.0)) << " used\n";
+  }
+}
+
 }  // namespace
 
 std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
   std::ostringstream out;
   out << "ckptfs " << status.value("version", "?") << " (pid " << status.value("pid", 0) << ") on "
       << status.value("mountpoint", "?") << "\n";
-  if (status.contains("cache") && status["cache"].is_object()) {
-    const auto& cache = status["cache"];
-    const double total = cache.value("bytes_total", 0.0);
-    const double free_bytes = cache.value("bytes_free", 0.0);
-    out << "cache: " << cache.value("dir", "?") << ", " << HumanBytes(total - free_bytes) << " used of "
-        << HumanBytes(total) << " (" << HumanBytes(free_bytes) << " free)";
-    if (cache.value("bytes_limit", 0.0) > 0) {
-      out << "; data " << HumanBytes(cache.value("bytes_used", 0.0)) << " of --cache-size "
-          << HumanBytes(cache.value("bytes_limit", 0.0));
-    }
-    out << "\n";
-  }
+  if (status.contains("cache") && status["cache"].is_object()) RenderCache(status, out);
   // Only when something is wrong: a healthy manifest is the normal case.
   if (status.contains("manifest") && status["manifest"].is_object() &&
       status["manifest"].value("state", "ok") != "ok") {

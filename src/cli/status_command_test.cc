@@ -18,7 +18,9 @@ TEST(StatusCommandTest, OneTablePerRunWithSizesAgesAndReasons) {
        "committed_at": null, "error": "the daemon stopped"}]})");
   const std::string table = RenderStatusTable(status, 1000.0 + 7200);
   EXPECT_NE(table.find("ckptfs 0.1.0 (pid 42) on /ckpt"), std::string::npos) << table;
-  EXPECT_NE(table.find("512.0 GiB used of 1.0 TiB"), std::string::npos) << table;
+  // A daemon that reports no holdings (older versions): the disk alone.
+  EXPECT_NE(table.find("cache: /nvme/c; disk 512.0 GiB free of 1.0 TiB\n"), std::string::npos) << table;
+  EXPECT_EQ(table.find("steps:"), std::string::npos) << table;
   const size_t run1 = table.find("\nrun1\n");
   const size_t root = table.find("\n/\n");
   ASSERT_NE(run1, std::string::npos) << table;
@@ -31,6 +33,37 @@ TEST(StatusCommandTest, OneTablePerRunWithSizesAgesAndReasons) {
   EXPECT_NE(table.find("5.0 GiB"), std::string::npos) << table;
   EXPECT_NE(table.find("2.0h"), std::string::npos) << table;
   EXPECT_NE(table.find("waiting for __3_0.distcp"), std::string::npos) << table;
+}
+
+// The issue this answers: "173.4 GiB used of 252.0 GiB" on an empty cache,
+// the disk's use by everything else. What ckptfs holds is shown instead.
+TEST(StatusCommandTest, CacheShowsWhatCkptfsHoldsBesideTheDisksFreeSpace) {
+  auto status = nlohmann::json::parse(R"({
+    "version": "0.1.0", "pid": 42, "mountpoint": "/ckpt",
+    "cache": {"dir": "/nvme/c", "bytes_total": 270582939648, "bytes_free": 84396417843,
+              "local_bytes": 0, "committed_bytes": 0, "writing_bytes": 0,
+              "persisted_bytes": 0, "evictable_bytes": 0},
+    "steps": []})");
+  std::string table = RenderStatusTable(status, 0);
+  EXPECT_NE(table.find("cache: /nvme/c, ckptfs holds 0 B; disk 78.6 GiB free of 252.0 GiB\n"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("  steps: 0 B committed, 0 B being written\n"), std::string::npos) << table;
+  EXPECT_EQ(table.find("used"), std::string::npos) << table;  // no disk "used" figure
+
+  const double gib = 1024.0 * 1024 * 1024;
+  status["cache"]["local_bytes"] = 7 * gib;
+  status["cache"]["committed_bytes"] = 10 * gib;
+  status["cache"]["persisted_bytes"] = 8 * gib;
+  status["cache"]["evictable_bytes"] = 5 * gib;
+  status["cache"]["writing_bytes"] = 1.5 * gib;
+  status["cache"]["bytes_used"] = 7 * gib;
+  status["cache"]["bytes_limit"] = 100 * gib;
+  status["remote"] = {{"url", "s3://b/p"}, {"healthy", true}};
+  table = RenderStatusTable(status, 0);
+  EXPECT_NE(table.find("ckptfs holds 7.0 GiB; disk 78.6 GiB free"), std::string::npos) << table;
+  EXPECT_NE(table.find("  steps: 10.0 GiB committed (8.0 GiB persisted, 5.0 GiB evictable), 1.5 GiB being written\n"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("  --cache-size: 7.0 GiB of 100.0 GiB used\n"), std::string::npos) << table;
 }
 
 TEST(StatusCommandTest, RemoteHealthAndUploadProgress) {

@@ -1,7 +1,7 @@
 // Errors as values. A Status carries an errno (0 = ok) chosen on purpose by the
 // module that detects the failure, plus a human-readable message. The FUSE glue
-// maps Status to a reply in exactly one place (fuse/reply.cc); the CLI prints the
-// message. No exceptions cross module boundaries.
+// maps Status to a reply in exactly one place (ReplyError in fuse/fuse_ops.cc);
+// the CLI prints the message. No exceptions cross module boundaries.
 #pragma once
 
 #include <cerrno>

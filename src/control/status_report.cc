@@ -15,9 +15,17 @@ std::string RenderStatusJson(const StatusInfo& info, const std::vector<StatusSte
   j["version"] = CKPTFS_VERSION;
   j["pid"] = static_cast<int64_t>(getpid());
   j["mountpoint"] = info.mountpoint;
+  // bytes_total and bytes_free are the cache filesystem's; the *_bytes keys
+  // after them are what ckptfs holds (Holdings).
+  const Holdings& h = info.holdings;
   j["cache"] = {{"dir", info.cache_dir},
                 {"bytes_total", info.cache_bytes_total},
-                {"bytes_free", info.cache_bytes_free}};
+                {"bytes_free", info.cache_bytes_free},
+                {"local_bytes", h.local_bytes},
+                {"committed_bytes", h.committed_bytes},
+                {"writing_bytes", h.writing_bytes},
+                {"persisted_bytes", h.persisted_bytes},
+                {"evictable_bytes", h.evictable_bytes}};
   for (const auto& [key, value] : info.extra.items()) {
     if (key == "cache" && value.is_object()) {
       for (const auto& [k, v] : value.items()) j["cache"][k] = v;

@@ -54,6 +54,8 @@
 
 namespace ckptfs {
 
+struct Holdings;  // control/status_report.h
+
 struct FileSystemOptions {
   std::string step_pattern = kDefaultStepPattern;
   std::vector<std::string> commit_markers = kDefaultCommitMarkers;
@@ -787,6 +789,11 @@ class FileSystem {
   std::string RenderMetricsLocked() REQUIRES(mu_);
   // Bytes and regular files below a step now (for steps not yet committed).
   std::pair<uint64_t, uint64_t> CurrentSize(uint64_t step_ino) REQUIRES(mu_);
+  // What ckptfs holds, for status.json (mu_ held); and the two queries it
+  // shares with the remote tier, lock already held.
+  Holdings HoldingsLocked() REQUIRES(mu_);
+  std::vector<EvictionCandidate> EvictionCandidatesLocked() REQUIRES(mu_);
+  uint64_t ResidentBytesLocked() REQUIRES(mu_);
   std::optional<std::string> StepXattr(uint64_t ino, const std::string& name) REQUIRES(mu_);
 
   const FileSystemOptions options_;

@@ -534,6 +534,10 @@ size_t FileSystem::RemoteDeletionsQueued() {
 
 std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidates() {
   MutexLock lock(&mu_);
+  return EvictionCandidatesLocked();
+}
+
+std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidatesLocked() {
   std::vector<EvictionCandidate> out;
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || !rec.persisted) continue;
@@ -604,6 +608,10 @@ std::optional<ObjectRecord> FileSystem::ObjectRecordFor(uint64_t ino, const std:
 
 uint64_t FileSystem::ResidentBytes() {
   MutexLock lock(&mu_);
+  return ResidentBytesLocked();
+}
+
+uint64_t FileSystem::ResidentBytesLocked() {
   uint64_t total = 0;
   for (const auto& [ino, inode] : inodes_) {
     if (inode->is_reg() && (!inode->object || inode->object->resident)) total += inode->rec.size;

@@ -165,6 +165,7 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
     info.cache_bytes_total = space->blocks * space->block_size;
     info.cache_bytes_free = space->blocks_avail * space->block_size;
   }
+  info.holdings = HoldingsLocked();
   if (tier_) tier_->AddStatus(&info.extra);
   // The remote's last error quotes object keys, that is paths.
   if (!everything && info.extra.contains("remote")) info.extra["remote"]["last_error"] = nullptr;
@@ -181,6 +182,23 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
   }
   info.extra["manifest"] = std::move(manifest);
   return RenderStatusJson(info, steps);
+}
+
+// Totals over the whole mount, whoever reads status.json: sums show no
+// path, and the cache filesystem's own free space is no more private.
+Holdings FileSystem::HoldingsLocked() {
+  Holdings h;
+  h.local_bytes = ResidentBytesLocked();
+  for (const auto& [step_ino, rec] : steps_) {
+    if (rec.state == StepState::kCommitted) {
+      h.committed_bytes += rec.bytes;
+      if (rec.persisted) h.persisted_bytes += rec.bytes;
+    } else if (rec.state == StepState::kWriting) {
+      h.writing_bytes += CurrentSize(step_ino).first;
+    }
+  }
+  for (const EvictionCandidate& c : EvictionCandidatesLocked()) h.evictable_bytes += c.bytes;
+  return h;
 }
 
 std::optional<std::string> FileSystem::StepXattr(uint64_t ino, const std::string& name) {

@@ -241,6 +241,44 @@ TEST_F(RemoteTierTest, AColdMountShowsPersistedStepsAndReadsThemThrough) {
   EXPECT_EQ(ReadFile(cold.fs(), cold.fs().Lookup(again->ino, "shard0")->ino), data.substr(0, kMiB));
 }
 
+std::string StatusJsonOf(FileSystem& fs) {
+  auto ctl = fs.Lookup(kRootIno, ".ckptfs");
+  if (!ctl.ok()) return "{}";
+  auto st = fs.Lookup(ctl->ino, "status.json");
+  return st.ok() ? ReadFile(fs, st->ino) : "{}";
+}
+
+// status.json's holdings follow the data through the tier: committed, then
+// persisted and evictable once uploaded, and no longer held locally once
+// evicted (still committed and persisted).
+TEST_F(RemoteTierTest, StatusShowsCommittedPersistedAndEvictableBytes) {
+  FileSystem& fs = env_.fs();
+  const uint64_t step1 = Mkdir(fs, kRootIno, "step1");
+  const uint64_t f1 = WriteFile(fs, step1, "f", Pattern(kMiB, 'a'));
+  Commit(step1);
+  const uint64_t step2 = Mkdir(fs, kRootIno, "step2");
+  WriteFile(fs, step2, "f", Pattern(1000, 'b'));  // not committed
+  auto cache = nlohmann::json::parse(StatusJsonOf(fs))["cache"];
+  EXPECT_EQ(cache["committed_bytes"], kMiB) << cache.dump();
+  EXPECT_EQ(cache["writing_bytes"], 1000u) << cache.dump();
+  EXPECT_EQ(cache["persisted_bytes"], 0u) << cache.dump();
+  EXPECT_EQ(cache["evictable_bytes"], 0u) << cache.dump();
+  EXPECT_EQ(cache["local_bytes"], kMiB + 1000) << cache.dump();
+
+  ASSERT_TRUE(tier_->RunOnceForTest().ok());  // uploads, persists step1
+  ASSERT_EQ(Xattr(step1, "user.ckptfs.persisted"), "true");
+  cache = nlohmann::json::parse(StatusJsonOf(fs))["cache"];
+  EXPECT_EQ(cache["persisted_bytes"], kMiB) << cache.dump();
+  EXPECT_EQ(cache["evictable_bytes"], kMiB) << cache.dump();
+
+  ASSERT_TRUE(fs.Evict(f1).ok());
+  cache = nlohmann::json::parse(StatusJsonOf(fs))["cache"];
+  EXPECT_EQ(cache["committed_bytes"], kMiB) << cache.dump();
+  EXPECT_EQ(cache["persisted_bytes"], kMiB) << cache.dump();
+  EXPECT_EQ(cache["evictable_bytes"], 0u) << cache.dump();
+  EXPECT_EQ(cache["local_bytes"], 1000u) << cache.dump();
+}
+
 TEST_F(RemoteTierTest, EvictionDropsLeastRecentlyUsedPersistedDataAndReadsFetchItBack) {
   StopTier();
   RemoteTierOptions o;

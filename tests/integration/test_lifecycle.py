@@ -553,6 +553,15 @@ def test_status_json(ckptfs):
     disk = os.statvfs(ckptfs.cache)
     assert cache["bytes_total"] == disk.f_blocks * disk.f_frsize
     assert 0 < cache["bytes_free"] <= cache["bytes_total"]
+    # What ckptfs holds, beside the disk's figures: sums over the steps, and
+    # without a remote nothing is persisted or evictable.
+    by_state = {}
+    for s in st["steps"]:
+        by_state[s["state"]] = by_state.get(s["state"], 0) + s["bytes"]
+    assert cache["committed_bytes"] == by_state["committed"] == sum(map(len, written.values())), cache
+    assert cache["writing_bytes"] == by_state["writing"] > 0, cache
+    assert cache["local_bytes"] >= cache["committed_bytes"] + cache["writing_bytes"], cache
+    assert cache["persisted_bytes"] == 0 and cache["evictable_bytes"] == 0, cache
     steps = {s["path"]: s for s in st["steps"]}
     s100 = steps["run1/step100"]
     assert s100["step"] == 100 and s100["state"] == "committed"
@@ -720,6 +729,11 @@ def test_status_command(ckptfs):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert any(l.strip() == "run1" for l in lines), r.stdout
+    # What ckptfs holds, not the disk's use by everything on it.
+    cache_line = next(l for l in lines if l.startswith("cache: "))
+    assert "ckptfs holds " in cache_line and " free of " in cache_line, cache_line
+    assert " used of " not in cache_line, cache_line
+    assert any(l.strip().startswith("steps: ") and " committed" in l for l in lines), r.stdout
     row100 = next(l for l in lines if l.split()[:2] == ["100", "committed"])
     assert row100.split()[4] == str(len(written)), row100          # FILES column
     row200 = next(l for l in lines if l.split()[:2] == ["200", "writing"])
