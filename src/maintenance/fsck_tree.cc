@@ -267,7 +267,7 @@ void CheckParents(State& st) {
     const std::vector<const Entry*> in = st.LiveEntriesTo(ino);
     if (in.empty()) continue;
     const bool ok =
-        std::any_of(in.begin(), in.end(), [&](const Entry* e) { return e->parent == rec.parent; });
+        std::any_of(in.begin(), in.end(), [parent = rec.parent](const Entry* e) { return e->parent == parent; });
     if (ok) continue;
     const uint64_t parent = in.front()->parent;
     st.Fixable(FsckSeverity::kWarning, "tree", ino, st.PathOf(ino),
