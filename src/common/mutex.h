@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "common/clock.h"
 #include "common/thread_annotations.h"
 
 namespace ckptfs {
@@ -45,13 +46,11 @@ class SCOPED_CAPABILITY MutexLock {
   // Waits for a notification (or a spurious wakeup), releasing the mutex
   // meanwhile; callers re-check their condition in a loop.
   void Wait(std::condition_variable& cv) { cv.wait(lock_); }
-  // The same with a deadline; false when it passed.
-  template <class ClockT, class Duration>
-  bool WaitUntil(std::condition_variable& cv, const std::chrono::time_point<ClockT, Duration>& deadline) {
-    return cv.wait_until(lock_, deadline) == std::cv_status::no_timeout;
-  }
-  bool WaitForNanos(std::condition_variable& cv, int64_t nanos) {
-    return cv.wait_for(lock_, std::chrono::nanoseconds(nanos)) == std::cv_status::no_timeout;
+  // Waits until done() or nanos of clock have passed (Clock::WaitFor);
+  // returns done().
+  bool WaitFor(const Clock& clock, std::condition_variable& cv, int64_t nanos,
+               const std::function<bool()>& done) {
+    return clock.WaitFor(cv, lock_, nanos, done);
   }
 
  private:

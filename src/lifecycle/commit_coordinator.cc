@@ -170,7 +170,7 @@ void CommitCoordinator::WorkerLoop() {
 void CommitCoordinator::IdleLoop() {
   std::unique_lock<std::mutex> lock(queue_mu_);
   while (!stopping_) {
-    stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; });
+    fs_->clock()->WaitFor(stop_cv_, lock, 1'000'000'000, [this] { return stopping_; });
     if (stopping_) return;
     lock.unlock();
     // A manifest that failed to take a write (full disk) is retried here
@@ -189,7 +189,7 @@ void CommitCoordinator::IdleLoop() {
 void CommitCoordinator::Commit(uint64_t step_ino) {
   auto plan = fs_->BeginCommit(step_ino);
   if (!plan.ok()) return;  // waiting for writers, already done, or timed out
-  const auto started = std::chrono::steady_clock::now();
+  const int64_t started_ns = fs_->clock()->MonotonicNanos();
 
   Completeness check = CheckStepCompleteness(PlanFiles(fs_, *plan));
   plan->ephemeral = check.ephemeral;
@@ -252,7 +252,7 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   st = fs_->FinishCommit(*plan);
   if (st.ok()) {
     fs_->metrics().commit_seconds.Observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        static_cast<double>(fs_->clock()->MonotonicNanos() - started_ns) / 1e9);
   }
   if (!st.ok() && st.err() != EALREADY) fs_->AbortCommit(step_ino, st, false, false);
 }

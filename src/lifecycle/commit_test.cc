@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <map>
 #include <random>
 #include <sstream>
@@ -166,7 +168,12 @@ TEST(CommitTest, ExplicitCommitWaitsForTheOutcome) {
   // A writer that never closes: the explicit commit gives up after the bound.
   const uint64_t s8 = Mkdir(fs, kRootIno, "step8");
   FileHandle* open_writer = CreateOpen(fs, s8, "x");
-  auto st = fs.CommitAndWait(s8);
+  // The waits run on the test's clock: time passes only as the test moves it.
+  auto waiting = std::async(std::launch::async, [&] { return fs.CommitAndWait(s8); });
+  while (waiting.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) {
+    env.clock.Advance(100'000'000);
+  }
+  Status st = waiting.get();
   EXPECT_EQ(st.err(), ETIMEDOUT) << st.ToString();
   EXPECT_EQ(StateOf(fs, s8), "writing");
   ASSERT_TRUE(fs.Release(open_writer).ok());

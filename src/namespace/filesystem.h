@@ -345,6 +345,8 @@ class FileSystem {
   Result<std::unique_ptr<BackingFile>> OpenBacking(uint64_t ino);
   // Backing files of every file in the plan, for fsync.
   DataStore* data() { return data_.get(); }
+  // The clock every timed wait of the commit procedure uses.
+  const Clock* clock() const { return clock_; }
   // Asks for a commit of every writing step idle for longer than
   // commit_idle with no file open for writing.
   void RequestIdleCommits();

@@ -564,13 +564,11 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
   // holds the step directory's inode lock in the kernel: waiting longer
   // would block the very creates (a late shard, a straggler rank) the
   // commit may be waiting for. `ckptfs commit` polls the state afterwards.
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::nanoseconds(options_.commit_wait_ns) + std::chrono::seconds(5);
-  for (;;) {
+  lock.WaitFor(*clock_, step_cv_, options_.commit_wait_ns + 5'000'000'000, [&] {
+    mu_.AssertHeld();  // WaitFor calls it with the lock held
     auto rt = step_runtime_.find(step_ino);
-    if (rt == step_runtime_.end() || rt->second.outcome_gen != gen) break;
-    if (!lock.WaitUntil(step_cv_, deadline)) break;
-  }
+    return rt == step_runtime_.end() || rt->second.outcome_gen != gen;
+  });
   it = steps_.find(step_ino);
   if (it == steps_.end()) return Status::Error(ENOENT, "step was removed");
   switch (it->second.state) {

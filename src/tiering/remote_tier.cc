@@ -27,7 +27,11 @@ uint64_t PartSizeFor(uint64_t size, uint64_t min_part) {
 
 RemoteTier::RemoteTier(FileSystem* fs, std::unique_ptr<ObjectStore> store, EventLog* events,
                        RemoteTierOptions options)
-    : fs_(fs), store_(std::move(store)), events_(events), options_(options) {}
+    : fs_(fs),
+      store_(std::move(store)),
+      events_(events),
+      options_(options),
+      clock_(options.clock ? options.clock : &SystemClockInstance()) {}
 
 RemoteTier::~RemoteTier() {
   {
@@ -67,12 +71,12 @@ void RemoteTier::NoteRemoteResult(const Status& st, const char* what) {
   const std::string message = std::string(what) + ": " + st.ToString();
   // One event per distinct error (remote_error_events.h), not one per file
   // and retry; status.json and the metrics see every failure.
-  if (error_events_.OnFailure(RemoteErrorEvents::Signature(what, st.err()), clock_.MonotonicNanos())) {
+  if (error_events_.OnFailure(RemoteErrorEvents::Signature(what, st.err()), clock_->MonotonicNanos())) {
     events_->Append({{"event", "remote_error"}, {"remote", store_->Describe()}, {"error", message}});
   }
   healthy_ = false;
   last_error_ = message;
-  last_error_at_ = static_cast<double>(clock_.Now().tv_sec);
+  last_error_at_ = static_cast<double>(clock_->Now().tv_sec);
 }
 
 Result<size_t> RemoteTier::ImportPersistedSteps() {
@@ -136,7 +140,8 @@ Result<size_t> RemoteTier::ImportPersistedSteps() {
 
 bool RemoteTier::WaitForImport(std::chrono::nanoseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return import_cv_.wait_for(lock, timeout, [&] { return import_done_ || stopping_; }) && import_done_;
+  return clock_->WaitFor(import_cv_, lock, timeout.count(), [&] { return import_done_ || stopping_; }) &&
+         import_done_;
 }
 
 Status RemoteTier::PersistSteps() {
@@ -197,15 +202,14 @@ void RemoteTier::ControlLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!first) {
-        work_cv_.wait_for(lock, std::chrono::nanoseconds(options_.control_interval_ns),
-                          [&] { return stopping_; });
+        clock_->WaitFor(work_cv_, lock, options_.control_interval_ns, [&] { return stopping_; });
       }
       if (stopping_) return;
       import_needed = !import_done_;
       // A sample per pass: the rate falls while uploads stall.
-      upload_rate_.Record(clock_.MonotonicNanos(), bytes_uploaded_);
+      upload_rate_.Record(clock_->MonotonicNanos(), bytes_uploaded_);
     }
-    const int64_t now = clock_.MonotonicNanos();
+    const int64_t now = clock_->MonotonicNanos();
     if (import_needed && now >= import_retry_at) {
       if (ImportPersistedSteps().ok()) {
         import_delay = options_.retry_min_ns;
@@ -291,7 +295,7 @@ void RemoteTier::AddStatus(nlohmann::json* status) {
                            {"uploads_waiting_to_retry", retry_after_.size()},
                            {"bytes_uploaded", bytes_uploaded_},
                            // Over the last 30 s: `ckptfs status` derives ETAs from it.
-                           {"upload_rate_bytes_per_s", upload_rate_.PerSecond(clock_.MonotonicNanos())},
+                           {"upload_rate_bytes_per_s", upload_rate_.PerSecond(clock_->MonotonicNanos())},
                            {"files_uploaded", files_uploaded_},
                            {"upload_failures", upload_failures_},
                            // Upload attempts whose body arrived damaged (retried, never kept).

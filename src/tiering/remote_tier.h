@@ -69,6 +69,9 @@ struct RemoteTierOptions {
   // save has gone on for save_grace (then one stream runs).
   int64_t save_quiet_ns = 300LL * 1'000'000;
   int64_t save_grace_ns = 10LL * 1'000'000'000;
+  // Times retries, rates and every timed wait (nullptr: the system clock);
+  // tests may pass a ManualClock.
+  const Clock* clock = nullptr;
 };
 
 // Part size for an object of `size` bytes: at least min_part, a multiple of
@@ -236,7 +239,7 @@ class RemoteTier : public TierHooks {
   bool fetch_stopping_ = false;       // GUARDED_BY(fetch_mu_)
   std::vector<uint64_t> complete_;    // GUARDED_BY(fetch_mu_) fully fetched, not yet resident
 
-  SystemClock clock_;
+  const Clock* const clock_;
   std::atomic<bool> started_{false};  // threads run: read-ahead has takers
   std::vector<std::thread> threads_;
 };

@@ -65,10 +65,10 @@ Status RemoteTier::WaitForCacheSpace(uint64_t n) {
   space_wanted_ += n;
   work_cv_.notify_all();  // the control thread evicts on its next pass
   // Short waits: cache use is recounted without mu_, so a wake-up can be missed.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.cache_full_wait_ns);
+  const int64_t deadline = clock_->MonotonicNanos() + options_.cache_full_wait_ns;
   bool ok = false;
-  while (!ok && std::chrono::steady_clock::now() < deadline) {
-    ok = space_cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_ || fits(); });
+  while (!ok && clock_->MonotonicNanos() < deadline) {
+    ok = clock_->WaitFor(space_cv_, lock, 100'000'000, [&] { return stopping_ || fits(); });
   }
   space_waiters_--;
   space_wanted_ -= n;

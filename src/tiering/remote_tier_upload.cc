@@ -15,7 +15,7 @@ bool RemoteTier::TakeUpload(FileSystem::UploadJob* job, const std::set<uint64_t>
   std::set<uint64_t> skip = also_skip;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t now = clock_.MonotonicNanos();
+    const int64_t now = clock_->MonotonicNanos();
     skip.insert(uploading_.begin(), uploading_.end());
     for (const auto& [ino, when] : retry_after_) {
       if (when > now) skip.insert(ino);
@@ -37,8 +37,7 @@ void RemoteTier::UploadLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Wake on new work, and now and then for retries that came due.
-      work_cv_.wait_for(lock, std::chrono::milliseconds(500),
-                        [&] { return stopping_ || uploads_pending_; });
+      clock_->WaitFor(work_cv_, lock, 500'000'000, [&] { return stopping_ || uploads_pending_; });
       if (stopping_) return;
       uploads_pending_ = false;
     }
@@ -48,7 +47,7 @@ void RemoteTier::UploadLoop() {
         std::unique_lock<std::mutex> lock(mu_);
         if (stopping_) return;
         if (uploading_.size() >= allowed) {
-          work_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping_; });
+          clock_->WaitFor(work_cv_, lock, 50'000'000, [&] { return stopping_; });
           continue;
         }
       }
@@ -67,7 +66,7 @@ size_t RemoteTier::UploadsAllowedNow() {
   // period after the last one closed (a trainer between two files is still
   // saving), no new upload starts. A save that goes on for longer than
   // save_grace gets one upload stream, so uploads are never starved.
-  const int64_t now = clock_.MonotonicNanos();
+  const int64_t now = clock_->MonotonicNanos();
   const bool saving = fs_->OpenWriters() > 0 || now - fs_->LastSaveActivityNs() < options_.save_quiet_ns;
   std::lock_guard<std::mutex> lock(mu_);
   if (!saving) {
@@ -88,12 +87,12 @@ void RemoteTier::UploadFinished(uint64_t ino, const Status& st, uint64_t bytes) 
       retry_delay_.erase(ino);
       bytes_uploaded_ += bytes;
       files_uploaded_++;
-      upload_rate_.Record(clock_.MonotonicNanos(), bytes_uploaded_);
+      upload_rate_.Record(clock_->MonotonicNanos(), bytes_uploaded_);
     } else {
       upload_failures_++;
       int64_t& delay = retry_delay_[ino];
       delay = delay == 0 ? options_.retry_min_ns : std::min(delay * 2, options_.retry_max_ns);
-      retry_after_[ino] = clock_.MonotonicNanos() + delay;
+      retry_after_[ino] = clock_->MonotonicNanos() + delay;
     }
     // Finished uploads may complete a step: the control thread writes its
     // commit object on its next pass.
