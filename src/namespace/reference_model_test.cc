@@ -119,8 +119,6 @@ class RefTest {
 
   // Runs op on both sides and compares.
   std::string Apply(const Op& op) {
-    const auto before = model_.steps;
-    std::string why;
     switch (op.kind) {
       case Op::kCheck:
         return CheckTree();
@@ -154,7 +152,7 @@ class RefTest {
       }
       return o.str();
     }
-    NoteCommits(before);
+    NoteCommits();
     return "";
   }
 
@@ -250,15 +248,14 @@ class RefTest {
     return {e ? e : r};
   }
 
-  // Steps that became committed in the model: remember what they hold.
-  void NoteCommits(const std::map<std::string, RefModel::Step>& before) {
+  // What committed steps hold, by inode (a committed step's contents cannot
+  // change, so taking it again after every operation changes nothing unless
+  // the step committed anew).
+  void NoteCommits() {
     for (const auto& [path, step] : model_.steps) {
       if (step.state != State::kCommitted) continue;
-      auto was = before.find(path);
-      if (was != before.end() && was->second.state == State::kCommitted) continue;
       auto [ino, err] = Resolve(env_.fs(), path);
-      if (err) continue;  // the next check reports it
-      committed_[ino] = SubtreeOfModel(path);
+      if (!err) committed_[ino] = SubtreeOfModel(path);  // else the next check reports it
     }
   }
 
@@ -289,6 +286,29 @@ class RefTest {
     return t;
   }
 
+  // The whole tree with inode numbers and step states, for failure messages.
+  std::string Dump(uint64_t ino = kRootIno, const std::string& prefix = "") {
+    std::string out;
+    int err = 0;
+    for (const auto& name : Names(env_.fs(), ino, &err)) {
+      auto e = env_.fs().Lookup(ino, name);
+      if (!e.ok()) continue;
+      const std::string rel = Join(prefix, name);
+      out += " " + rel + "#" + std::to_string(e->ino);
+      if (S_ISDIR(e->attr.st_mode)) {
+        if (auto st = env_.fs().GetXattr(e->ino, "user.ckptfs.state"); st.ok()) out += "[" + *st + "]";
+        out += Dump(e->ino, rel);
+      }
+    }
+    return out;
+  }
+
+  static std::string Show(const Tree& t) {
+    std::string out = "{";
+    for (const auto& [path, bytes] : t) out += " " + path + "=" + Quote(bytes.substr(0, 16));
+    return out + " }";
+  }
+
   std::string Crash(uint64_t keep, bool synced) {
     // Committed steps the model holds now must come back committed.
     std::map<uint64_t, std::string> must_survive;
@@ -308,7 +328,10 @@ class RefTest {
       if (state == "committed") {
         auto it = committed_.find(s.ino);
         if (it == committed_.end()) return "step " + s.path + " is committed after a crash but never was";
-        if (SubtreeOfFs(s.ino) != it->second) return "committed step " + s.path + " changed across a crash";
+        if (Tree now = SubtreeOfFs(s.ino); now != it->second) {
+          return "committed step " + s.path + " (ino " + std::to_string(s.ino) + ") changed across a crash: was " +
+                 Show(it->second) + " now " + Show(now) + "; tree:" + Dump();
+        }
       } else if (state != "incomplete" && state != "broken") {
         return "step " + s.path + " is " + state + " after a crash";
       }
@@ -564,6 +587,27 @@ TEST(ReferenceModelRegression, TmpDirectoryRenamedIntoAStepCommitsIt) {
       {Op::kOverwrite, "runA/step_2/f0", "", "x"},
       {Op::kUnlink, "runA/step_2/f0"},
       {Op::kCrash},
+  });
+}
+
+// A step committed by a rename, renamed out of step names and back onto a
+// committed step it replaces: committed again, with its new contents.
+TEST(ReferenceModelRegression, StepRecommittedAfterLeavingAndRegainingAStepName) {
+  ExpectAgrees({
+      {Op::kMkdir, "runA"},
+      {Op::kRename, "runA", "runB"},
+      {Op::kMkdir, "runB/step_5-tmp"},
+      {Op::kMkdir, "runB/step_5-tmp/tmp"},
+      {Op::kMkdir, "runA"},
+      {Op::kMkdir, "runB/step_5-tmp/tmp/sub"},
+      {Op::kRename, "runB/step_5-tmp/tmp/sub", "runA/step_2"},
+      {Op::kMkdir, "runA/runB"},
+      {Op::kMkdir, "runA/runB/checkpoint-3"},
+      {Op::kCommit, "runA/runB/checkpoint-3"},
+      {Op::kRename, "runA/step_2", "runA/runB/runA"},
+      {Op::kMkdir, "runA/runB/runA/step_5-tmp"},
+      {Op::kRename, "runA/runB/runA", "runA/runB/checkpoint-3"},
+      {Op::kCrash, "", "", "", 1},
   });
 }
 
