@@ -624,6 +624,11 @@ class FileSystem {
   void TouchDir(Inode* dir, const timespec& now);
   // Step records follow directory names (mkdir, rename, rmdir).
   void ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now) REQUIRES(mu_);
+  // A directory moved into a step, or renamed into one, takes the steps
+  // below it along as plain directories: a step is never inside a step
+  // (the reference-model test found files created in a committed step
+  // through a step record left below it).
+  void DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) REQUIRES(mu_);
   void NoteActivity(uint64_t ino) REQUIRES(mu_);
   void RequestCommitLocked(uint64_t step_ino, CommitTrigger why = CommitTrigger::kRetry, uint64_t session = 0) REQUIRES(mu_);
   // A file closed or renamed into place: commit markers and run index files

@@ -328,6 +328,8 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
     if (*dst_dir != *src_dir) PutInode(**dst_dir, &batch);
     if (src->is_dir()) ReclassifyDir(src, &batch, &commit_src);
     if (dst->is_dir()) ReclassifyDir(dst, &batch, &commit_dst);
+    if (src->is_dir()) DemoteNestedStepsLocked(src, &batch);
+    if (dst->is_dir()) DemoteNestedStepsLocked(dst, &batch);
   } else {
     if (dst) {
       if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, new_name + " exists");
@@ -344,7 +346,10 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
     AddChild(*dst_dir, new_name, src, &batch);
     src->rec.ctime = now;
     PutInode(*src, &batch);
-    if (src->is_dir()) ReclassifyDir(src, &batch, &commit_src);
+    if (src->is_dir()) {
+      ReclassifyDir(src, &batch, &commit_src);
+      DemoteNestedStepsLocked(src, &batch);
+    }
   }
   NoteStepsMovedLocked(moved_steps, &batch);
   NoteActivity(parent);

@@ -108,6 +108,19 @@ void FileSystem::ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_no
   }
 }
 
+void FileSystem::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
+  if (StepOf(dir->rec.ino) == 0) return;
+  for (const auto& [name, dent] : dir->children) {
+    Inode* child = Find(dent.ino);
+    if (!child || !child->is_dir()) continue;
+    if (steps_.erase(child->rec.ino)) {
+      step_runtime_.erase(child->rec.ino);
+      batch->Delete(KeySpace::kSteps, InoKey(child->rec.ino));
+    }
+    DemoteNestedStepsLocked(child, batch);
+  }
+}
+
 void FileSystem::NoteActivity(uint64_t ino) {
   const uint64_t step = StepOf(ino);
   if (step != 0) step_runtime_[step].last_activity = clock_->MonotonicNanos();
