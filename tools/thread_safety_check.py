@@ -26,7 +26,11 @@ DROP_WITH_ARG = {"-o", "-MQ", "-MF"}
 
 
 def clang_command(entry):
-    args = shlex.split(entry["command"])[1:]
+    args = shlex.split(entry["command"])
+    # Drop the compiler and any launcher before it (meson puts ccache there
+    # when it is installed): the flags start at the first option.
+    while args and not args[0].startswith("-"):
+        args = args[1:]
     out = [CLANG]
     skip = False
     for a in args:
