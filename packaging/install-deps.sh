@@ -22,7 +22,8 @@ deb_pkgs=(
 # for the S3 test server (s3rver, installed below), and the AWS CLI and s3fs
 # to look at what ckptfs wrote to S3 from the outside; crcmod (a C CRC32C)
 # checks the writer library's checksums independently of ours; clang-14 and
-# its libFuzzer build the format readers' fuzz targets (tests/fuzz).
+# its libFuzzer build the format readers' fuzz targets (tests/fuzz), and
+# clang-14 runs the thread-safety analysis (tools/thread_safety_check.py).
 test_pkgs=(
   attr python3-pytest python3-torch python3-crcmod python3-numpy
   nodejs npm
