@@ -25,6 +25,7 @@ FileSystem::FileSystem(FileSystemOptions options, StepPattern pattern,
       clock_(clock),
       events_(events),
       start_time_(clock->Now()),
+      journal_(manifest_.get(), clock, events),
       reserve_(std::make_unique<MetadataReserve>(options_.metadata_reserve, data_.get(), clock)),
       full_views_(std::make_unique<FullViewCache>()) {}
 
@@ -36,7 +37,7 @@ FileSystem::~FileSystem() {
     if (inode->dirty && inode->rec.nlink > 0) PutInode(*inode, &batch);
   }
   // A manifest that failed earlier gets one more try: its kept batches first.
-  if (!manifest_error_.ok() && !TryRecoverManifestLocked()) return;
+  if (!journal_.healthy() && !journal_.TryRecover()) return;
   if (!batch.empty()) (void)manifest_->Write(batch, true);
 }
 
@@ -258,6 +259,16 @@ std::string FileSystem::PathOfLocked(uint64_t ino) {
     ino = inode->rec.parent;
   }
   return path;
+}
+
+bool FileSystem::RetryManifest() {
+  MutexLock lock(&mu_);
+  return journal_.TryRecover();
+}
+
+FileSystem::ManifestHealth FileSystem::ManifestHealthNow() {
+  MutexLock lock(&mu_);
+  return journal_.Health();
 }
 
 }  // namespace ckptfs

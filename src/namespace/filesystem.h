@@ -48,6 +48,7 @@
 #include "manifest/manifest_store.h"
 #include "manifest/schema.h"
 #include "namespace/inode.h"
+#include "namespace/manifest_journal.h"
 #include "namespace/tier_hooks.h"
 #include "retention/retention_planner.h"
 #include "formats/commit_object.h"
@@ -278,15 +279,8 @@ class FileSystem {
   // Retries manifest batches kept after a write failure (the coordinator's
   // idle loop calls it every second); true when the manifest is healthy.
   bool RetryManifest();
-  // For status.json: "" when healthy, else the kept error.
-  struct ManifestHealth {
-    bool ok = true;
-    std::string error;
-    int err = 0;
-    size_t pending_batches = 0;
-    double since_s = 0;
-    bool needs_restart = false;
-  };
+  // For status.json: ok when healthy, else the kept error.
+  using ManifestHealth = ckptfs::ManifestHealth;
   ManifestHealth ManifestHealthNow();
   // Bytes kept free for the manifest (0 = off or unknown yet).
   uint64_t MetadataReserveBytes() const { return reserve_ ? reserve_->reserve_bytes() : 0; }
@@ -614,13 +608,12 @@ class FileSystem {
   // (its data through the GC queue).
   void DropLink(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
   void MaybeEvict(uint64_t ino) REQUIRES(mu_);
-  // Writes a batch whose change the in-memory image already holds. When the
-  // manifest cannot be written (a full disk), the image stays as it is and
-  // the batch is kept: it is written, after every batch kept before it, once
-  // the manifest takes writes again (TryRecoverManifestLocked). The caller
-  // gets the store's errno either way (ENOSPC for a full disk).
-  // keep_on_failure = false: the caller undoes its change itself.
-  Status Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure = true) REQUIRES(mu_);
+  // Writes a batch whose change the in-memory image already holds
+  // (ManifestJournal::Apply: kept and written later when the manifest cannot
+  // take it now).
+  Status Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure = true) REQUIRES(mu_) {
+    return journal_.Apply(batch, sync, keep_on_failure);
+  }
   void TouchDir(Inode* dir, const timespec& now);
   // Step records follow directory names (mkdir, rename, rmdir).
   void ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now) REQUIRES(mu_);
@@ -661,16 +654,9 @@ class FileSystem {
   // Waits (releasing mu_) until no step containing dir_ino is committing,
   // so a step is frozen between BeginCommit and its outcome.
   void WaitUntilNotCommitting(MutexLock& lock, uint64_t dir_ino) REQUIRES(mu_);
-  // Manifest write failures (filesystem_manifest_health.cc). The first one
-  // is kept, as LevelDB's bg_error_, and every later mutation is refused up
-  // front with its errno (ENOSPC for a full disk) before it changes the
-  // image, so the mount is read-only meanwhile; reads keep working. Every
-  // call retries the kept batches at most every kManifestRetryNs, and
-  // RetryManifest() does from the coordinator's idle loop: once they are
-  // written the image and the manifest agree again and writes resume.
-  Status CheckHealthy() REQUIRES(mu_);
-  void NoteManifestFailureLocked(const Status& st) REQUIRES(mu_);
-  bool TryRecoverManifestLocked() REQUIRES(mu_);
+  // Every mutation asks first, before it changes the image: refused with the
+  // kept errno while the manifest cannot be written (ManifestJournal).
+  Status CheckHealthy() REQUIRES(mu_) { return journal_.CheckWritable(); }
 
   // Retention helpers (filesystem_retention.cc); REQUIRES: mu_ held.
   RetentionPolicy PolicyOf(Inode* run);
@@ -820,14 +806,8 @@ class FileSystem {
   CommitRequester request_commit_;
   IndexRequester request_index_;
   SessionOfFn session_of_;
-  Status manifest_error_ GUARDED_BY(mu_);  // ok = the manifest takes writes
-  ManifestBatch manifest_pending_ GUARDED_BY(mu_);  // failed batches, in order
-  size_t manifest_pending_batches_ GUARDED_BY(mu_) = 0;
-  // A change could neither be kept nor undone (a commit's pruning): only a
-  // restart, which reloads the manifest, makes the image right again.
-  bool manifest_diverged_ GUARDED_BY(mu_) = false;
-  int64_t manifest_error_since_ns_ GUARDED_BY(mu_) = 0;
-  int64_t manifest_retry_ns_ GUARDED_BY(mu_) = 0;  // last retry
+  // Writes every batch, and keeps them while the manifest cannot take them.
+  ManifestJournal journal_ GUARDED_BY(mu_);
   std::unique_ptr<MetadataReserve> reserve_;
   InvalidateEntryFn invalidate_entry_;
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_ GUARDED_BY(mu_);

@@ -496,7 +496,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   Status st = Apply(batch, /*sync=*/true, /*keep_on_failure=*/false);
   // Steps the retention took out of the image are not put back: only a
   // restart (which reloads the manifest, where they still are) brings them.
-  if (!st.ok() && batch.size() != before_retention) manifest_diverged_ = true;
+  if (!st.ok() && batch.size() != before_retention) journal_.MarkDiverged();
   if (auto rt_it = step_runtime_.find(plan.step_ino); rt_it != step_runtime_.end()) {
     rt_it->second.outcome_gen++;
     if (st.ok()) {

@@ -171,14 +171,15 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
   if (!everything && info.extra.contains("remote")) info.extra["remote"]["last_error"] = nullptr;
   // Whether metadata changes are being recorded: "error" means the mount is
   // read-only until the manifest can be written again (a full cache disk).
-  nlohmann::json manifest = {{"state", manifest_error_.ok() ? "ok" : "error"},
+  const ManifestHealth health = journal_.Health();
+  nlohmann::json manifest = {{"state", health.ok ? "ok" : "error"},
                              {"metadata_reserve_bytes", reserve_->reserve_bytes()}};
-  if (!manifest_error_.ok()) {
-    manifest["error"] = manifest_error_.message();
-    manifest["errno"] = manifest_error_.err() == ENOSPC ? "ENOSPC" : "EIO";
-    manifest["since_s"] = static_cast<double>(clock_->MonotonicNanos() - manifest_error_since_ns_) / 1e9;
-    manifest["pending_batches"] = manifest_pending_batches_;
-    manifest["needs_remount"] = manifest_diverged_;
+  if (!health.ok) {
+    manifest["error"] = health.error;
+    manifest["errno"] = health.err == ENOSPC ? "ENOSPC" : "EIO";
+    manifest["since_s"] = health.since_s;
+    manifest["pending_batches"] = health.pending_batches;
+    manifest["needs_remount"] = health.needs_restart;
   }
   info.extra["manifest"] = std::move(manifest);
   return RenderStatusJson(info, steps);
