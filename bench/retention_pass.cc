@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", fs.status().ToString().c_str());
     return 1;
   }
-  auto coordinator = CommitCoordinator::CreateWithoutThreads(fs->get());
+  auto coordinator = CommitCoordinator::CreateWithoutThreads(fs->get(), (*fs)->data(), (*fs)->clock());
   const Caller root{0, 0};
   auto run = (*fs)->Mkdir(root, kRootIno, "run", 0755);
   for (int i = 1; i <= steps; ++i) {

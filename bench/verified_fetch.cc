@@ -52,7 +52,7 @@ double ColdRead(const std::string& dir, int files, uint64_t file_bytes, bool ver
   if (!fs.ok() || !store.ok()) return 0;
   RemoteTierOptions tier_options;
   tier_options.verify_reads = verify;
-  RemoteTier tier(fs->get(), std::move(store).value(), &events, tier_options);
+  RemoteTier tier(fs->get(), (*fs)->data(), std::move(store).value(), &events, tier_options);
   (*fs)->SetTierHooks(&tier);
   tier.Start();
   double seconds = 0;

@@ -82,7 +82,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   if (!options.remote.url.empty()) {
     auto store = OpenRemote(options.remote);
     if (!store.ok()) return store.status().Annotate("opening the remote " + options.remote.url);
-    d->tier_ = std::make_unique<RemoteTier>(d->fs_.get(), std::move(store).value(), d->events_.get(),
+    d->tier_ = std::make_unique<RemoteTier>(d->fs_.get(), d->fs_->data(), std::move(store).value(), d->events_.get(),
                                             options.tier);
     d->fs_->SetTierHooks(d->tier_.get());
     d->tier_->Start();
@@ -97,7 +97,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
     }
   }
   d->fs_->SetSessionOf(ProcessSession);
-  d->coordinator_ = std::make_unique<CommitCoordinator>(d->fs_.get());
+  d->coordinator_ = std::make_unique<CommitCoordinator>(d->fs_.get(), d->fs_->data(), d->fs_->clock());
   WaitForRecoveredCommits(d->fs_.get());
 
   // default_permissions: the kernel checks modes and owners for us.

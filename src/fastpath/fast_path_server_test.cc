@@ -38,7 +38,7 @@ class FastPathTest : public ::testing::Test {
                                std::move(data).value(), &clock_, &events_);
     ASSERT_TRUE(fs.ok()) << fs.status().ToString();
     fs_ = std::move(fs).value();
-    coordinator_ = CommitCoordinator::CreateWithoutThreads(fs_.get());
+    coordinator_ = CommitCoordinator::CreateWithoutThreads(fs_.get(), fs_->data(), fs_->clock());
     auto server = FastPathServer::Start(socket_path(), fs_.get(), limits);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();

@@ -14,7 +14,7 @@ namespace {
 // plan, contents read from the backing files.
 class PlanFiles final : public StepFiles {
  public:
-  PlanFiles(FileSystem* fs, const FileSystem::CommitPlan& plan) : fs_(fs) {
+  PlanFiles(DataStore* data, const CommitPort::CommitPlan& plan) : data_(data) {
     for (const auto& f : plan.files) files_[f.path] = {f.ino, f.size};
   }
 
@@ -37,7 +37,7 @@ class PlanFiles final : public StepFiles {
                                 uint64_t length) const override {
     auto it = files_.find(rel_path);
     if (it == files_.end()) return Status::Error(ENOENT, rel_path + " does not exist");
-    auto file = fs_->OpenBacking(it->second.ino);
+    auto file = data_->Open(it->second.ino, /*create=*/false);
     if (!file.ok()) return file.status();
     std::string out(length, '\0');
     size_t done = 0;
@@ -59,32 +59,37 @@ class PlanFiles final : public StepFiles {
     uint64_t ino;
     uint64_t size;
   };
-  FileSystem* fs_;
+  DataStore* data_;
   std::unordered_map<std::string, Info> files_;
 };
 
 }  // namespace
 
-CommitCoordinator::CommitCoordinator(FileSystem* fs) : CommitCoordinator(fs, true) {}
+CommitCoordinator::CommitCoordinator(CommitPort* steps, DataStore* data, const Clock* clock)
+    : CommitCoordinator(steps, data, clock, true) {}
 
-CommitCoordinator::CommitCoordinator(FileSystem* fs, bool threads) : fs_(fs) {
-  fs_->SetCommitRequester([this](uint64_t step) { Request(step); });
-  fs_->SetIndexRequester([this](uint64_t file, uint64_t session) { RequestIndex(file, session); });
+CommitCoordinator::CommitCoordinator(CommitPort* steps, DataStore* data, const Clock* clock,
+                                     bool threads)
+    : steps_(steps), data_(data), clock_(clock) {
+  steps_->SetCommitRequester([this](uint64_t step) { Request(step); });
+  steps_->SetIndexRequester([this](uint64_t file, uint64_t session) { RequestIndex(file, session); });
   if (threads) {
     worker_ = std::thread([this] { WorkerLoop(); });
     idle_ = std::thread([this] { IdleLoop(); });
   }
   // Commits whose trigger survived a daemon crash are finished now.
-  fs_->RequestRecoveredCommits();
+  steps_->RequestRecoveredCommits();
 }
 
-std::unique_ptr<CommitCoordinator> CommitCoordinator::CreateWithoutThreads(FileSystem* fs) {
-  return std::unique_ptr<CommitCoordinator>(new CommitCoordinator(fs, false));
+std::unique_ptr<CommitCoordinator> CommitCoordinator::CreateWithoutThreads(CommitPort* steps,
+                                                                          DataStore* data,
+                                                                          const Clock* clock) {
+  return std::unique_ptr<CommitCoordinator>(new CommitCoordinator(steps, data, clock, false));
 }
 
 CommitCoordinator::~CommitCoordinator() {
-  fs_->SetCommitRequester(nullptr);
-  fs_->SetIndexRequester(nullptr);
+  steps_->SetCommitRequester(nullptr);
+  steps_->SetIndexRequester(nullptr);
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     stopping_ = true;
@@ -114,13 +119,13 @@ void CommitCoordinator::RequestIndex(uint64_t file_ino, uint64_t session) {
 }
 
 void CommitCoordinator::ReadIndex(uint64_t file_ino, uint64_t session) {
-  Status st = fs_->CommitStepsNamedBy(file_ino, session);
+  Status st = steps_->CommitStepsNamedBy(file_ino, session);
   if (!st.ok()) std::fprintf(stderr, "ckptfs: reading a run index file: %s\n", st.ToString().c_str());
 }
 
 void CommitCoordinator::DrainForTest() {
   for (;;) {
-    fs_->FlushInvalidations();
+    steps_->FlushInvalidations();
     uint64_t step = 0;
     std::optional<std::pair<uint64_t, uint64_t>> index;
     {
@@ -162,7 +167,7 @@ void CommitCoordinator::WorkerLoop() {
     queued_.erase(step);
     lock.unlock();
     Commit(step);
-    fs_->FlushInvalidations();  // steps the commit's retention removed
+    steps_->FlushInvalidations();  // steps the commit's retention removed
     lock.lock();
   }
 }
@@ -170,91 +175,86 @@ void CommitCoordinator::WorkerLoop() {
 void CommitCoordinator::IdleLoop() {
   std::unique_lock<std::mutex> lock(queue_mu_);
   while (!stopping_) {
-    fs_->clock()->WaitFor(stop_cv_, lock, 1'000'000'000, [this] { return stopping_; });
+    clock_->WaitFor(stop_cv_, lock, 1'000'000'000, [this] { return stopping_; });
     if (stopping_) return;
     lock.unlock();
     // A manifest that failed to take a write (full disk) is retried here
     // too, so writes resume once space is freed even if nobody writes.
-    fs_->RetryManifest();
-    fs_->RequestIdleCommits();
-    fs_->RequestSettledCommits();
+    steps_->RetryManifest();
+    steps_->RequestIdleCommits();
+    steps_->RequestSettledCommits();
     // Data of removed steps is deleted here, in the background, a bounded
     // amount per tick so a huge prune never starves the idle commits.
-    auto collected = fs_->CollectGarbage(4096);
+    auto collected = steps_->CollectGarbage(4096);
     if (!collected.ok()) std::fprintf(stderr, "ckptfs: garbage collection: %s\n", collected.status().ToString().c_str());
     lock.lock();
   }
 }
 
 void CommitCoordinator::Commit(uint64_t step_ino) {
-  auto plan = fs_->BeginCommit(step_ino);
+  auto plan = steps_->BeginCommit(step_ino);
   if (!plan.ok()) return;  // waiting for writers, already done, or timed out
-  const int64_t started_ns = fs_->clock()->MonotonicNanos();
 
-  Completeness check = CheckStepCompleteness(PlanFiles(fs_, *plan));
+  Completeness check = CheckStepCompleteness(PlanFiles(data_, *plan));
   plan->ephemeral = check.ephemeral;
   plan->best_ref = check.best_ref;
   using Verdict = Completeness::Verdict;
   // What only the layout suggests (OLMo-core's optim/ after model/) does not
   // hold a commit the user or --commit-idle asked for.
   if (check.verdict == Verdict::kWaiting && !(check.layout_only && plan->forced)) {
-    fs_->AbortCommit(step_ino, Status::Error(EAGAIN, check.reason), /*waiting=*/true, /*broken=*/false);
+    steps_->AbortCommit(step_ino, Status::Error(EAGAIN, check.reason), /*waiting=*/true, /*broken=*/false);
     return;
   }
   if (check.verdict == Verdict::kBroken) {
-    fs_->AbortCommit(step_ino, Status::Error(EIO, check.reason), /*waiting=*/false, /*broken=*/true);
+    steps_->AbortCommit(step_ino, Status::Error(EIO, check.reason), /*waiting=*/false, /*broken=*/true);
     return;
   }
   // A marker in a subdirectory commits only a format the check knows: an
   // FSDP state dict's .metadata inside a Hugging Face checkpoint-N/ is not
   // the end of the checkpoint.
   if (plan->nested_only && !check.lists_every_file) {
-    fs_->DropCommitRequest(step_ino);
+    steps_->DropCommitRequest(step_ino);
     return;
   }
   // Nothing lists this step's files: wait until it is quiet, so a rank that
   // writes its file just after rank 0's marker is still part of the step.
-  const int64_t settle_ns = fs_->options().commit_settle_ns;
+  const int64_t settle_ns = plan->settle_ns;
   if (!check.lists_every_file && !plan->renamed && settle_ns > 0 && plan->quiet_ns < settle_ns) {
     char why[160];
     std::snprintf(why, sizeof why, "settling: commits after %.3g s without writes in the step (%s)",
                   static_cast<double>(settle_ns) / 1e9, check.reason.c_str());
-    fs_->AbortCommit(step_ino, Status::Error(EAGAIN, why), /*waiting=*/true, /*broken=*/false, /*settling=*/true);
+    steps_->AbortCommit(step_ino, Status::Error(EAGAIN, why), /*waiting=*/true, /*broken=*/false, /*settling=*/true);
     return;
   }
 
   // Durability of every file before the batch that says they are committed.
   for (const auto& f : plan->files) {
-    auto file = fs_->OpenBacking(f.ino);
+    auto file = data_->Open(f.ino, /*create=*/false);
     // A fast-path file changed around the daemon after its writer closed
     // it holds bytes nobody vouches for: the step is broken, not committed.
-    Status changed = file.ok() ? fs_->CheckUnchangedSinceClose(f.ino, file->get()) : Status::Ok();
+    Status changed = file.ok() ? steps_->CheckUnchangedSinceClose(f.ino, file->get()) : Status::Ok();
     if (!changed.ok()) {
-      fs_->AbortCommit(step_ino, changed, /*waiting=*/false, /*broken=*/true);
+      steps_->AbortCommit(step_ino, changed, /*waiting=*/false, /*broken=*/true);
       return;
     }
     Status st = file.ok() ? (*file)->Sync() : file.status();
     if (!st.ok()) {
-      fs_->AbortCommit(step_ino, st.Annotate("fsync of " + f.path), false, false);
+      steps_->AbortCommit(step_ino, st.Annotate("fsync of " + f.path), false, false);
       return;
     }
   }
-  Status st = fs_->data()->SyncDir();
+  Status st = data_->SyncDir();
   if (!st.ok()) {
-    fs_->AbortCommit(step_ino, st.Annotate("fsync of the data directory"), false, false);
+    steps_->AbortCommit(step_ino, st.Annotate("fsync of the data directory"), false, false);
     return;
   }
   // Sealed data never changes: its FUSE page-cache copy (the backing file's
   // cache holds the same bytes) can go now, before anyone waits on the commit.
   std::vector<uint64_t> inos;
   for (const auto& f : plan->files) inos.push_back(f.ino);
-  fs_->DropPageCache(inos);
-  st = fs_->FinishCommit(*plan);
-  if (st.ok()) {
-    fs_->metrics().commit_seconds.Observe(
-        static_cast<double>(fs_->clock()->MonotonicNanos() - started_ns) / 1e9);
-  }
-  if (!st.ok() && st.err() != EALREADY) fs_->AbortCommit(step_ino, st, false, false);
+  steps_->DropPageCache(inos);
+  st = steps_->FinishCommit(*plan);
+  if (!st.ok() && st.err() != EALREADY) steps_->AbortCommit(step_ino, st, false, false);
 }
 
 }  // namespace ckptfs

@@ -1,7 +1,7 @@
 // CommitCoordinator runs step commits on its own thread, so that the close
 // or rename that triggers a commit returns at once (SPEC section 3):
 //
-//   1. FileSystem::BeginCommit reserves the step once no file in it is open
+//   1. CommitPort::BeginCommit reserves the step once no file in it is open
 //      for writing (until then the request waits; the last close asks again;
 //      after --commit-wait it is dropped with an error);
 //   2. the completeness check of known formats (DCP .metadata, OLMo-core
@@ -10,13 +10,15 @@
 //      (Hugging Face, DeepSpeed, unknown) first waits until the step was
 //      quiet for --commit-settle, so late ranks still land in it;
 //   3. every file of the step is fsynced, then the backing directory;
-//   4. FileSystem::FinishCommit writes the one synced manifest batch.
+//   4. CommitPort::FinishCommit writes the one synced manifest batch.
 //
 // Run index files (DeepSpeed `latest`, RecIS `checkpoint`) are read on the
 // worker thread too, and ask for the commits of the steps they name.
 // A second thread asks for idle and settled commits once a second.
+// The coordinator sees the namespace only through CommitPort (FileSystem
+// implements it), and reads and fsyncs backing files in the DataStore.
 // Thread safety: Request() may be called from any thread, including with
-// FileSystem::mu_ held (it only takes queue_mu_).
+// the namespace lock held (it only takes queue_mu_).
 #pragma once
 
 #include <condition_variable>
@@ -27,13 +29,16 @@
 #include <set>
 #include <thread>
 
-#include "namespace/filesystem.h"
+#include "common/clock.h"
+#include "data/data_store.h"
+#include "namespace/commit_port.h"
 
 namespace ckptfs {
 
 class CommitCoordinator {
  public:
-  explicit CommitCoordinator(FileSystem* fs);
+  // steps, data and clock must outlive the coordinator.
+  CommitCoordinator(CommitPort* steps, DataStore* data, const Clock* clock);
   ~CommitCoordinator();  // finishes the commit in progress, drops the queue
   CommitCoordinator(const CommitCoordinator&) = delete;
   CommitCoordinator& operator=(const CommitCoordinator&) = delete;
@@ -46,16 +51,19 @@ class CommitCoordinator {
   void DrainForTest();
 
   // Without threads: Request only queues; DrainForTest runs the commits.
-  static std::unique_ptr<CommitCoordinator> CreateWithoutThreads(FileSystem* fs);
+  static std::unique_ptr<CommitCoordinator> CreateWithoutThreads(CommitPort* steps, DataStore* data,
+                                                                 const Clock* clock);
 
  private:
-  CommitCoordinator(FileSystem* fs, bool threads);
+  CommitCoordinator(CommitPort* steps, DataStore* data, const Clock* clock, bool threads);
   void WorkerLoop();
   void IdleLoop();
   void Commit(uint64_t step_ino);
   void ReadIndex(uint64_t file_ino, uint64_t session);
 
-  FileSystem* const fs_;
+  CommitPort* const steps_;
+  DataStore* const data_;
+  const Clock* const clock_;
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;  // the worker waits here for requests
   std::condition_variable stop_cv_;   // the idle thread sleeps here between scans

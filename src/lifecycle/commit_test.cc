@@ -156,7 +156,7 @@ TEST(CommitTest, ExplicitCommitWaitsForTheOutcome) {
   options.commit_wait_ns = 200'000'000;
   FsEnv env(options);
   // A real coordinator thread, as in the daemon.
-  CommitCoordinator coordinator(&env.fs());
+  CommitCoordinator coordinator(&env.fs(), env.fs().data(), env.fs().clock());
   auto& fs = env.fs();
   const uint64_t step = Mkdir(fs, kRootIno, "step7");
   WriteFile(fs, step, "a", "1");
@@ -185,7 +185,7 @@ TEST(CommitTest, EveryRequestReachesTheWorkerThread) {
   FileSystemOptions options;
   options.commit_wait_ns = 3'000'000'000;
   FsEnv env(options);
-  CommitCoordinator coordinator(&env.fs());
+  CommitCoordinator coordinator(&env.fs(), env.fs().data(), env.fs().clock());
   auto& fs = env.fs();
   for (int i = 1; i <= 30; ++i) {
     const uint64_t step = Mkdir(fs, kRootIno, "step" + std::to_string(i));

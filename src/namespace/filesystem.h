@@ -48,7 +48,9 @@
 #include "manifest/manifest_store.h"
 #include "manifest/schema.h"
 #include "namespace/inode.h"
+#include "namespace/commit_port.h"
 #include "namespace/manifest_journal.h"
+#include "namespace/tier_port.h"
 #include "namespace/tier_hooks.h"
 #include "retention/retention_planner.h"
 #include "formats/commit_object.h"
@@ -189,7 +191,7 @@ struct StepSummary {
   StepRecord rec;
 };
 
-class FileSystem {
+class FileSystem : public CommitPort, public TierPort {
  public:
   // Loads the namespace from the manifest and recovers from an unclean stop
   // (SPEC section 3): writing steps become incomplete, orphaned inodes and
@@ -278,79 +280,35 @@ class FileSystem {
   size_t InodeCountForTest();
   // Retries manifest batches kept after a write failure (the coordinator's
   // idle loop calls it every second); true when the manifest is healthy.
-  bool RetryManifest();
+  bool RetryManifest() override;
   // For status.json: ok when healthy, else the kept error.
   using ManifestHealth = ckptfs::ManifestHealth;
   ManifestHealth ManifestHealthNow();
   // Bytes kept free for the manifest (0 = off or unknown yet).
   uint64_t MetadataReserveBytes() const { return reserve_ ? reserve_->reserve_bytes() : 0; }
 
-  // Seam to the commit procedure; set once before serving requests.
-  using CommitRequester = std::function<void(uint64_t step_ino)>;
-  void SetCommitRequester(CommitRequester fn);
-  // Seam to the commit procedure for run index files: a closed index file
-  // is read on the coordinator's thread (CommitStepsNamedBy), not under mu_.
-  using IndexRequester = std::function<void(uint64_t file_ino, uint64_t session)>;
-  void SetIndexRequester(IndexRequester fn);
-  // Reads a run index file and asks for the commit of every writing step of
-  // its run that it names (by directory name, or by step number).
-  Status CommitStepsNamedBy(uint64_t file_ino, uint64_t session);
+  void SetCommitRequester(CommitRequester fn) override;
+  void SetIndexRequester(IndexRequester fn) override;
+  Status CommitStepsNamedBy(uint64_t file_ino, uint64_t session) override;
   // Maps a process id to a session identity (pid and start time), so that
   // a restarted trainer is a new session; set by the daemon (reads /proc).
   // Without it the pid itself is the session.
   using SessionOfFn = std::function<uint64_t(uint32_t pid)>;
   void SetSessionOf(SessionOfFn fn);
 
-  // Step control for CommitCoordinator (filesystem_steps.cc).
-  struct CommitPlan {
-    uint64_t step_ino = 0;
-    std::string step_path;
-    struct File {
-      std::string path;  // relative to the step directory
-      uint64_t ino = 0;
-      uint64_t size = 0;
-    };
-    std::vector<File> files;
-    // How the commit was asked for (accumulated over the pending request).
-    bool renamed = false;       // a directory rename: commit without settling
-    bool forced = false;        // explicit or idle: layout-only waits do not hold it
-    bool nested_only = false;   // only subdirectory markers asked: recognised formats only
-    uint64_t session = 0;       // the trainer process that triggered it (0 = unknown)
-    int64_t quiet_ns = 0;       // how long nothing happened in the step
-    // Set by the coordinator from the step's own metadata.
-    bool ephemeral = false;
-    std::string best_ref;
-  };
-  // Reserves the step for committing when it wants a commit and has no file
-  // open for writing. EAGAIN: files still open (the last close asks again);
-  // EALREADY: committed already (or no longer a step); ETIMEDOUT: the
-  // request waited longer than commit_wait.
-  Result<CommitPlan> BeginCommit(uint64_t step_ino);
-  // Leaves the step writing (waiting = true keeps the request alive until the
-  // next close in the step, settling = true also until the step is quiet)
-  // or broken, with the reason.
-  void AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken, bool settling = false);
-  // Ends a commit request that a subdirectory marker made for a layout the
-  // completeness check does not know: no error, the step stays writing.
-  void DropCommitRequest(uint64_t step_ino);
-  // Writes the one synced batch that commits the step.
-  Status FinishCommit(const CommitPlan& plan);
-  // Reads a file of the step for completeness checks.
-  Result<std::unique_ptr<BackingFile>> OpenBacking(uint64_t ino);
-  // Backing files of every file in the plan, for fsync.
+  // CommitPort (filesystem_steps.cc): see commit_port.h.
+  Result<CommitPlan> BeginCommit(uint64_t step_ino) override;
+  void AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken,
+                   bool settling = false) override;
+  void DropCommitRequest(uint64_t step_ino) override;
+  Status FinishCommit(const CommitPlan& plan) override;
+  void RequestIdleCommits() override;
+  void RequestSettledCommits() override;
+  void RequestRecoveredCommits() override;
+  // The data store and clock the namespace was opened with: the daemon
+  // hands them to the commit coordinator and the remote tier.
   DataStore* data() { return data_.get(); }
-  // The clock every timed wait of the commit procedure uses.
   const Clock* clock() const { return clock_; }
-  // Asks for a commit of every writing step idle for longer than
-  // commit_idle with no file open for writing.
-  void RequestIdleCommits();
-  // Asks again for the commit of steps that waited for quiet and are quiet
-  // now (--commit-settle). Called once a second by the coordinator.
-  void RequestSettledCommits();
-  // Asks again for the commits that recovery found pending (a trigger that
-  // survived a daemon crash in the same boot). The coordinator calls it once
-  // its requester is set.
-  void RequestRecoveredCommits();
 
   // Retention (filesystem_retention.cc).
   // The plan for a run directory without applying it (ckptfs retention --dry-run).
@@ -358,7 +316,7 @@ class FileSystem {
   // Deletes up to max backing files of removed steps queued in the manifest's
   // GC key space; returns how many were deleted. Runs on the coordinator's
   // idle thread, so removal never waits for data deletion.
-  Result<size_t> CollectGarbage(size_t max);
+  Result<size_t> CollectGarbage(size_t max) override;
   // Kernel cache invalidation for entries the daemon removed by itself
   // (pruned steps): fn(parent, name) is called outside mu_ by
   // FlushInvalidations, from a thread that is not serving a FUSE request.
@@ -372,118 +330,34 @@ class FileSystem {
   void SetInvalidateInode(InvalidateInodeFn fn);
   // Drops the kernel page cache of these files now (the coordinator calls it
   // between a commit's fsyncs and its batch, while the step is frozen).
-  void DropPageCache(const std::vector<uint64_t>& inos);
-  void FlushInvalidations();
+  void DropPageCache(const std::vector<uint64_t>& inos) override;
+  void FlushInvalidations() override;
 
   // --- remote tier (filesystem_tiering.cc). Called by RemoteTier's threads.
   // Set once before serving requests when a remote is configured.
   void SetTierHooks(TierHooks* hooks);
 
-  // A file to upload: its current path is the object key; the version
-  // (size, mtime) tells NoteUploaded whether it changed meanwhile.
-  struct UploadJob {
-    uint64_t ino = 0;
-    std::string key;
-    uint64_t size = 0;
-    int64_t mtime_ns = 0;
-    // Where to read the data from when it is not resident (a step renamed
-    // after eviction): the object it was uploaded to before.
-    bool resident = true;
-    std::string source_key;
-    // A multipart upload an earlier run left unfinished, to abort.
-    std::string stale_upload_id;
-    std::string stale_upload_key;
-    // The CRC32C recorded for this very version, when one was (the fast
-    // path's at close, the object's of an earlier upload of a moved file):
-    // the bytes read for the upload must have it, so a local copy damaged
-    // since is never uploaded as the good one.
-    std::optional<uint32_t> expected_crc32c;
-  };
-  // Up to max queued uploads, skipping inos in busy and files open for
-  // writing (their last close queues them again).
-  std::vector<UploadJob> NextUploads(size_t max, const std::set<uint64_t>& busy);
-  // Records a multipart upload in progress (so a crash does not leak it).
-  Status NoteMultipartStarted(const UploadJob& job, const std::string& upload_id);
-  // The upload of job ended with the object holding the file's contents
-  // (CRC32C crc). Records it unless the file changed or moved meanwhile
-  // (then it stays queued), and queues objects nobody uses any more for
-  // deletion. Releases the job's key claim.
-  // chunk_crcs: the CRC32C of each chunk_size bytes (none: not computed).
+  // TierPort (filesystem_tiering.cc): see tier_port.h.
+  std::vector<UploadJob> NextUploads(size_t max, const std::set<uint64_t>& busy) override;
+  Status NoteMultipartStarted(const UploadJob& job, const std::string& upload_id) override;
   Status NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t chunk_size = 0,
-                      std::vector<uint32_t> chunk_crcs = {});
-  // Remote keys are natural paths, so an old file's queued deletion and a
-  // new file's upload can name the same key. An upload claims its key first:
-  // queued deletions of it are dropped and no deletion starts while the
-  // claim lasts. ReleaseKey ends a claim whose upload failed.
-  void ClaimKey(const std::string& key);
-  void ReleaseKey(const std::string& key);
-
-  // Committed steps whose files are all uploaded, with the commit object to
-  // write; MarkPersisted records it after the Put (or queues the object for
-  // deletion if the step moved or went meanwhile).
-  struct PersistJob {
-    uint64_t step_ino = 0;
-    std::string key;  // <step path>/.ckptfs-commit.json
-    std::string body;
-  };
-  std::vector<PersistJob> StepsToPersist();
-  Status MarkPersisted(const PersistJob& job);
-
-  // Remote objects to delete, in batches: commit objects first (while any is
-  // queued no data object is handed out), skipping claimed keys. The caller
-  // deletes them, then calls RemoteGcDone with the same keys.
-  struct RemoteGcBatch {
-    bool commit_objects = false;
-    std::vector<std::string> keys;
-  };
-  Result<RemoteGcBatch> NextRemoteDeletions(size_t max);
-  Status RemoteDeletionsDone(const RemoteGcBatch& batch);
-  size_t RemoteDeletionsQueued();
-
-  // Cache eviction: files of persisted steps, closed, least recently used
-  // first. Evict drops the local data (the manifest first, synced).
-  struct EvictionCandidate {
-    uint64_t ino = 0;
-    int64_t last_access_ns = 0;
-    uint64_t bytes = 0;  // resident bytes (0 for files only partly fetched)
-  };
-  std::vector<EvictionCandidate> EvictionCandidates();
-  Status Evict(uint64_t ino);
-  // Every byte of a non-resident file has been fetched: the backing file is
-  // synced and the file marked resident.
-  Status MarkResident(uint64_t ino, BackingFile* file);
-  // Bytes of resident regular files (written here or fully fetched).
-  uint64_t ResidentBytes();
-  // The object record of ino when it names `key` (what a fetch of key must
-  // be verified against); nullopt otherwise.
-  std::optional<ObjectRecord> ObjectRecordFor(uint64_t ino, const std::string& key);
-
-  // Cold mount: shows a persisted step found in the remote, its files
-  // non-resident. EEXIST when the path is taken locally (the step is ours);
-  // EINVAL when the path cannot be a step here.
-  Status ImportStep(const CommitObject& obj);
-  // Step paths whose commit objects are queued for deletion: not imported.
-  std::set<std::string> StepPathsBeingDeleted();
-
-  // Run-level files (SPEC section 4): regular files directly in a run
-  // directory (one holding a step), beside its steps, such as DeepSpeed's
-  // `latest` and RecIS's `checkpoint`. Queues the upload of every closed
-  // run-level file whose object is not current and not queued (its
-  // directory just got its first step, it was renamed, a crash lost the
-  // queue entry) and refreshes run_dirs_. The tier calls it at start and on
-  // every control pass.
-  void QueueRunFileUploads();
-  // Cold mount: objects found directly in remote directories that hold a
-  // persisted step become non-resident run-level files, unless the
-  // directory is no run directory here, a local entry has the name (local
-  // wins), the name is ckptfs's own (".ckptfs*"), or the key is a live
-  // file's object or queued for deletion here. One synced batch; returns
-  // how many were imported.
-  struct RemoteObject {
-    std::string key;
-    uint64_t size = 0;
-  };
-  Result<size_t> ImportRunFiles(const std::vector<RemoteObject>& objects);
+                      std::vector<uint32_t> chunk_crcs = {}) override;
+  void ClaimKey(const std::string& key) override;
+  void ReleaseKey(const std::string& key) override;
+  std::vector<PersistJob> StepsToPersist() override;
+  Status MarkPersisted(const PersistJob& job) override;
+  Result<RemoteGcBatch> NextRemoteDeletions(size_t max) override;
+  Status RemoteDeletionsDone(const RemoteGcBatch& batch) override;
+  size_t RemoteDeletionsQueued() override;
+  std::vector<EvictionCandidate> EvictionCandidates() override;
+  Status Evict(uint64_t ino) override;
+  Status MarkResident(uint64_t ino, BackingFile* file) override;
+  uint64_t ResidentBytes() override;
+  std::optional<ObjectRecord> ObjectRecordFor(uint64_t ino, const std::string& key) override;
+  Status ImportStep(const CommitObject& obj) override;
+  std::set<std::string> StepPathsBeingDeleted() override;
+  void QueueRunFileUploads() override;
+  Result<size_t> ImportRunFiles(const std::vector<RemoteObject>& objects) override;
 
   // Upload progress and persisted state, for status.json and xattrs.
   struct UploadProgress {
@@ -530,17 +404,16 @@ class FileSystem {
   // was when its fast-path writer closed it (another inode, size or change
   // time): it was changed around the daemon, and the step must not commit
   // as good. Ok for files the daemon wrote itself or that were rewritten.
-  Status CheckUnchangedSinceClose(uint64_t ino, BackingFile* file);
+  Status CheckUnchangedSinceClose(uint64_t ino, BackingFile* file) override;
 
   const FileSystemOptions& options() const { return options_; }
   // Counters for /.ckptfs/metrics; the commit coordinator records latency.
   FsMetrics& metrics() { return metrics_; }
-  // Files open for writing inside steps right now (the remote tier uploads
-  // with one stream while a trainer is saving, so it does not slow the save).
-  int OpenWriters() const { return open_writers_total_.load(std::memory_order_relaxed); }
-  // When a file inside a step was last opened or closed for writing
-  // (monotonic ns): a trainer between two files is still saving.
-  int64_t LastSaveActivityNs() const { return last_save_activity_ns_.load(std::memory_order_relaxed); }
+  // TierPort: saves in progress (atomics, no lock).
+  int OpenWriters() const override { return open_writers_total_.load(std::memory_order_relaxed); }
+  int64_t LastSaveActivityNs() const override {
+    return last_save_activity_ns_.load(std::memory_order_relaxed);
+  }
 
  private:
   FileSystem(FileSystemOptions options, StepPattern pattern, std::unique_ptr<ManifestStore> manifest,

@@ -360,7 +360,9 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   plan.forced = rt.forced;
   plan.nested_only = !rt.direct;
   plan.session = rt.session;
-  plan.quiet_ns = clock_->MonotonicNanos() - rt.last_activity;
+  plan.began_ns = clock_->MonotonicNanos();
+  plan.quiet_ns = plan.began_ns - rt.last_activity;
+  plan.settle_ns = options_.commit_settle_ns;
   std::vector<std::pair<std::string, uint64_t>> files;
   CollectFiles(dir, "", &files);
   for (auto& [path, ino] : files) plan.files.push_back({std::move(path), ino, Find(ino)->rec.size});
@@ -516,14 +518,11 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
     if (Inode* inode = Find(ino)) inode->dirty = false;
   }
   metrics_.commits++;
+  metrics_.commit_seconds.Observe(static_cast<double>(clock_->MonotonicNanos() - plan.began_ns) / 1e9);
   nlohmann::json e = {{"event", "commit"}, {"path", path}, {"step", rec.step}, {"state", "committed"},
                       {"bytes", rec.bytes}, {"files", rec.files}};
   events_->Append(std::move(e));
   return Status::Ok();
-}
-
-Result<std::unique_ptr<BackingFile>> FileSystem::OpenBacking(uint64_t ino) {
-  return data_->Open(ino, /*create=*/false);
 }
 
 void FileSystem::RequestIdleCommits() {

@@ -74,7 +74,7 @@ class FsEnv {
                                std::make_unique<SharedData>(&data), &clock, &events);
     if (!fs.ok()) throw std::runtime_error(fs.status().ToString());
     fs_ = std::move(fs).value();
-    coordinator_ = CommitCoordinator::CreateWithoutThreads(fs_.get());
+    coordinator_ = CommitCoordinator::CreateWithoutThreads(fs_.get(), fs_->data(), fs_->clock());
   }
   void Stop() {
     coordinator_.reset();

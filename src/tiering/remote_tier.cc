@@ -25,9 +25,10 @@ uint64_t PartSizeFor(uint64_t size, uint64_t min_part) {
   return (part + kMiB - 1) / kMiB * kMiB;
 }
 
-RemoteTier::RemoteTier(FileSystem* fs, std::unique_ptr<ObjectStore> store, EventLog* events,
-                       RemoteTierOptions options)
-    : fs_(fs),
+RemoteTier::RemoteTier(TierPort* ns, DataStore* data, std::unique_ptr<ObjectStore> store,
+                       EventLog* events, RemoteTierOptions options)
+    : ns_(ns),
+      data_(data),
       store_(std::move(store)),
       events_(events),
       options_(options),
@@ -52,7 +53,7 @@ void RemoteTier::Start() {
   RecomputeCacheUse();
   // Before any upload worker asks for work: which directories are runs,
   // so queued run-level files are recognised as such.
-  fs_->QueueRunFileUploads();
+  ns_->QueueRunFileUploads();
   for (int i = 0; i < options_.upload_files; i++) threads_.emplace_back([this] { UploadLoop(); });
   for (int i = 0; i < options_.fetch_threads; i++) threads_.emplace_back([this] { FetchLoop(); });
   threads_.emplace_back([this] { ControlLoop(); });
@@ -83,7 +84,7 @@ Result<size_t> RemoteTier::ImportPersistedSteps() {
   auto listed = store_->List("");
   NoteRemoteResult(listed.status(), "listing the remote for persisted steps");
   if (!listed.ok()) return listed.status();
-  const std::set<std::string> being_deleted = fs_->StepPathsBeingDeleted();
+  const std::set<std::string> being_deleted = ns_->StepPathsBeingDeleted();
   size_t imported = 0;
   std::set<std::string> run_paths;  // directories holding a persisted step
   for (const ObjectInfo& info : *listed) {
@@ -101,7 +102,7 @@ Result<size_t> RemoteTier::ImportPersistedSteps() {
       events_->Append({{"event", "error"}, {"path", step_path}, {"error", obj.status().message()}});
       continue;
     }
-    Status st = fs_->ImportStep(*obj);
+    Status st = ns_->ImportStep(*obj);
     if (st.ok()) {
       imported++;
     } else if (st.err() != EEXIST) {
@@ -111,14 +112,14 @@ Result<size_t> RemoteTier::ImportPersistedSteps() {
     }
   }
   // Run-level files (the trainers' own indexes) come after the steps they
-  // sit beside: objects directly in those directories. FileSystem decides
+  // sit beside: objects directly in those directories. The namespace decides
   // which of them to show. Directories of every listed step, not only those
   // imported now, so a crash between the two imports is made good later.
-  std::vector<FileSystem::RemoteObject> run_objects;
+  std::vector<TierPort::RemoteObject> run_objects;
   for (const ObjectInfo& info : *listed) {
     if (run_paths.count(ParentOf(info.key))) run_objects.push_back({info.key, info.size});
   }
-  auto run_files = fs_->ImportRunFiles(run_objects);
+  auto run_files = ns_->ImportRunFiles(run_objects);
   if (!run_files.ok()) {
     events_->Append({{"event", "error"}, {"error", "run-level files not imported from the remote: " +
                                                        run_files.status().message()}});
@@ -145,18 +146,18 @@ bool RemoteTier::WaitForImport(std::chrono::nanoseconds timeout) {
 }
 
 Status RemoteTier::PersistSteps() {
-  for (const FileSystem::PersistJob& job : fs_->StepsToPersist()) {
+  for (const TierPort::PersistJob& job : ns_->StepsToPersist()) {
     // The commit object's key may still be queued for deletion (a step of
     // the same name was removed): the claim drops that.
-    fs_->ClaimKey(job.key);
+    ns_->ClaimKey(job.key);
     Status st = store_->Put(job.key, job.body);
     NoteRemoteResult(st, "writing a commit object");
     if (!st.ok()) {
-      fs_->ReleaseKey(job.key);
+      ns_->ReleaseKey(job.key);
       return st;
     }
-    CKPTFS_RETURN_IF_ERROR(fs_->MarkPersisted(job));
-    fs_->FlushInvalidations();  // steps retention removed just now
+    CKPTFS_RETURN_IF_ERROR(ns_->MarkPersisted(job));
+    ns_->FlushInvalidations();  // steps retention removed just now
     std::lock_guard<std::mutex> lock(mu_);
     steps_persisted_++;
   }
@@ -169,10 +170,10 @@ Status RemoteTier::DeleteRemoteGarbage() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return Status::Ok();
     }
-    FileSystem::RemoteGcBatch batch;
+    TierPort::RemoteGcBatch batch;
     {
       std::lock_guard<std::mutex> keys(key_mu_);
-      auto next = fs_->NextRemoteDeletions(kDeleteBatch);
+      auto next = ns_->NextRemoteDeletions(kDeleteBatch);
       if (!next.ok()) return next.status();
       batch = std::move(next).value();
       deleting_keys_.insert(batch.keys.begin(), batch.keys.end());
@@ -180,7 +181,7 @@ Status RemoteTier::DeleteRemoteGarbage() {
     if (batch.keys.empty()) return Status::Ok();
     Status st = store_->Delete(batch.keys);
     NoteRemoteResult(st, "deleting objects");
-    if (st.ok()) st = fs_->RemoteDeletionsDone(batch);
+    if (st.ok()) st = ns_->RemoteDeletionsDone(batch);
     {
       std::lock_guard<std::mutex> keys(key_mu_);
       for (const auto& k : batch.keys) deleting_keys_.erase(k);
@@ -219,7 +220,7 @@ void RemoteTier::ControlLoop() {
       }
     }
     MarkFetchedFilesResident();
-    fs_->QueueRunFileUploads();
+    ns_->QueueRunFileUploads();
     (void)PersistSteps();
     bool gc_due;
     {
@@ -236,7 +237,7 @@ void RemoteTier::ControlLoop() {
         gc_delay = std::min(gc_delay * 2, options_.retry_max_ns);
       }
     }
-    // Recounting walks every inode under FileSystem's lock: every pass when
+    // Recounting walks every inode under the namespace lock: every pass when
     // a limit needs it, else now and then for status.json.
     if (options_.cache_size > 0 || ++passes_since_recount >= 25) {
       passes_since_recount = 0;
@@ -253,7 +254,7 @@ Status RemoteTier::RunOnceForTest() {
   }
   Status first;
   auto upload_all = [&] {
-    FileSystem::UploadJob job;
+    TierPort::UploadJob job;
     std::set<uint64_t> tried;  // each file once per round, failed or not
     while (TakeUpload(&job, tried)) {
       tried.insert(job.ino);
@@ -264,7 +265,7 @@ Status RemoteTier::RunOnceForTest() {
     std::lock_guard<std::mutex> lock(mu_);
     retry_after_.clear();
   };
-  fs_->QueueRunFileUploads();
+  ns_->QueueRunFileUploads();
   upload_all();
   MarkFetchedFilesResident();
   if (Status st = PersistSteps(); !st.ok() && first.ok()) first = st;

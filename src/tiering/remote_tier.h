@@ -11,13 +11,15 @@
 //     sparse backing files (what was fetched is kept in a presence map);
 //   * import persisted steps from the remote at mount (cold mount), and the
 //     run-level files beside them (DeepSpeed's `latest`, RecIS's index).
-// Every decision about the namespace is FileSystem's (filesystem_tiering.cc);
-// this class never touches the manifest itself.
+// Every decision about the namespace is the namespace's: the tier sees it
+// only through TierPort (FileSystem implements it over its TierLedger), and
+// never touches the manifest itself. File data it reads and writes in the
+// DataStore directly.
 //
-// Lock order: FileSystem::mu_ -> mu_ / fetch_mu_ (FileSystem calls the
-// TierHooks with its lock held). This class never calls FileSystem while
+// Lock order: the namespace lock -> mu_ / fetch_mu_ (FileSystem calls the
+// TierHooks with its lock held). This class never calls TierPort while
 // holding mu_ or fetch_mu_. key_mu_ (deletions vs uploads of one key) is
-// taken before FileSystem::mu_ and never inside a hook.
+// taken before the namespace lock and never inside a hook.
 #pragma once
 
 #include <atomic>
@@ -37,7 +39,9 @@
 #include "common/crc32c_chunks.h"
 #include "control/event_log.h"
 #include "control/rate_meter.h"
-#include "namespace/filesystem.h"
+#include "data/data_store.h"
+#include "namespace/tier_hooks.h"
+#include "namespace/tier_port.h"
 #include "namespace/tier_hooks.h"
 #include "remote/object_store.h"
 #include "tiering/remote_error_events.h"
@@ -80,14 +84,15 @@ uint64_t PartSizeFor(uint64_t size, uint64_t min_part);
 
 class RemoteTier : public TierHooks {
  public:
-  RemoteTier(FileSystem* fs, std::unique_ptr<ObjectStore> store, EventLog* events,
+  // ns and data must outlive the tier.
+  RemoteTier(TierPort* ns, DataStore* data, std::unique_ptr<ObjectStore> store, EventLog* events,
              RemoteTierOptions options);
   ~RemoteTier() override;  // stops the threads; queued work resumes at the next mount
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
 
   // Shows every persisted step of the remote that is not here (cold mount),
-  // then the run-level files in their directories (FileSystem::
+  // then the run-level files in their directories (TierPort::
   // ImportRunFiles). Returns how many steps were imported; on failure the
   // control thread tries again until it succeeds once.
   Result<size_t> ImportPersistedSteps();
@@ -118,15 +123,15 @@ class RemoteTier : public TierHooks {
   // Uploads (remote_tier_upload.cc).
   void UploadLoop();
   // Takes the next job not taken by another worker; false when none.
-  bool TakeUpload(FileSystem::UploadJob* job, const std::set<uint64_t>& also_skip = {});
+  bool TakeUpload(TierPort::UploadJob* job, const std::set<uint64_t>& also_skip = {});
   // How many uploads may run now (fewer while a save is in progress).
   size_t UploadsAllowedNow();
-  Status Upload(const FileSystem::UploadJob& job);
-  Status UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, ChunkCrc32c* sums);
+  Status Upload(const TierPort::UploadJob& job);
+  Status UploadMultipart(const TierPort::UploadJob& job, BackingFile* file, ChunkCrc32c* sums);
   // EIO and a checksum_mismatch event when the bytes read for job (CRC32C
   // crc) are not those whose CRC32C was recorded for this version.
-  Status CheckReadForUpload(const FileSystem::UploadJob& job, uint32_t crc);
-  Status ReadForUpload(const FileSystem::UploadJob& job, BackingFile* file, uint64_t offset,
+  Status CheckReadForUpload(const TierPort::UploadJob& job, uint32_t crc);
+  Status ReadForUpload(const TierPort::UploadJob& job, BackingFile* file, uint64_t offset,
                        size_t n, std::string* out);
   void UploadFinished(uint64_t ino, const Status& st, uint64_t bytes);
 
@@ -182,7 +187,8 @@ class RemoteTier : public TierHooks {
   void MaybeMarkResident(uint64_t ino);
   void MarkFetchedFilesResident();
 
-  FileSystem* const fs_;
+  TierPort* const ns_;  // the namespace, as the tier sees it
+  DataStore* const data_;
   std::unique_ptr<ObjectStore> store_;
   EventLog* const events_;
   const RemoteTierOptions options_;

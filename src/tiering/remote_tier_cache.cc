@@ -19,7 +19,7 @@ void RemoteTier::RecomputeCacheUse() {
       if (!p.complete_reported) fetched += p.present_bytes;
     }
   }
-  cache_used_ = fs_->ResidentBytes() + fetched;
+  cache_used_ = ns_->ResidentBytes() + fetched;
   space_cv_.notify_all();
 }
 
@@ -33,7 +33,7 @@ Status RemoteTier::EvictIfNeeded() {
   if (cache_used_ + wanted <= options_.cache_size) return Status::Ok();
   // Down to 90%, with room for the writers waiting.
   const uint64_t target = options_.cache_size / 10 * 9;
-  for (const auto& c : fs_->EvictionCandidates()) {
+  for (const auto& c : ns_->EvictionCandidates()) {
     if (cache_used_ + wanted <= target) break;
     uint64_t partial = 0;
     {
@@ -43,7 +43,7 @@ Status RemoteTier::EvictIfNeeded() {
       }
     }
     if (c.bytes == 0 && partial == 0) continue;  // nothing local to drop
-    Status st = fs_->Evict(c.ino);
+    Status st = ns_->Evict(c.ino);
     if (!st.ok()) continue;  // opened meanwhile
     cache_used_ -= std::min<uint64_t>(cache_used_.load(), c.bytes);
     std::lock_guard<std::mutex> lock(mu_);

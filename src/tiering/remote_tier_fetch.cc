@@ -57,10 +57,10 @@ void RemoteTier::EnsurePresence(uint64_t ino, const std::string& key, uint64_t s
     std::lock_guard<std::mutex> lock(fetch_mu_);
     if (presence_.count(ino)) return;
   }
-  // FileSystem is asked without fetch_mu_ (lock order); a racing reader may
+  // The namespace is asked without fetch_mu_ (lock order); a racing reader may
   // make the entry meanwhile, and then its entry stands.
   std::optional<ObjectRecord> rec;
-  if (options_.verify_reads) rec = fs_->ObjectRecordFor(ino, key);
+  if (options_.verify_reads) rec = ns_->ObjectRecordFor(ino, key);
   Presence p;
   p.unit = options_.fetch_chunk;
   if (rec && !rec->chunk_crcs.empty() && rec->chunk_size > 0) {
@@ -258,8 +258,8 @@ void RemoteTier::MarkFetchedFilesResident() {
     inos.swap(complete_);
   }
   for (uint64_t ino : inos) {
-    auto file = fs_->data()->Open(ino, /*create=*/false);
-    Status st = file.ok() ? fs_->MarkResident(ino, file->get()) : file.status();
+    auto file = data_->Open(ino, /*create=*/false);
+    Status st = file.ok() ? ns_->MarkResident(ino, file->get()) : file.status();
     std::lock_guard<std::mutex> lock(fetch_mu_);
     auto it = presence_.find(ino);
     if (it == presence_.end()) continue;  // evicted or deleted meanwhile
@@ -397,7 +397,7 @@ void RemoteTier::FetchLoop() {
       job = std::move(readahead_.front());
       readahead_.pop_front();
     }
-    auto file = fs_->data()->Open(job.ino, /*create=*/true);
+    auto file = data_->Open(job.ino, /*create=*/true);
     if (!file.ok()) {
       std::lock_guard<std::mutex> lock(fetch_mu_);
       auto it = presence_.find(job.ino);

@@ -188,7 +188,7 @@ TEST_F(RemoteTierTest, AColdMountShowsPersistedStepsAndReadsThemThrough) {
   cold.clock.Advance(3'600'000'000'000);
   RemoteTierOptions o;
   o.fetch_chunk = kMiB;
-  RemoteTier tier(&cold.fs(), std::make_unique<SharedStore>(&store_), &cold.events, o);
+  RemoteTier tier(&cold.fs(), cold.fs().data(), std::make_unique<SharedStore>(&store_), &cold.events, o);
   cold.fs().SetTierHooks(&tier);
   auto imported = tier.ImportPersistedSteps();
   ASSERT_TRUE(imported.ok()) << imported.status().ToString();

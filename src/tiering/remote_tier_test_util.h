@@ -92,7 +92,7 @@ class RemoteTierTest : public ::testing::Test {
     options_ = options;
     auto shared = std::make_unique<SharedStore>(&store_);
     shared_ = shared.get();
-    tier_ = std::make_unique<RemoteTier>(&env_.fs(), std::move(shared), &env_.events, options);
+    tier_ = std::make_unique<RemoteTier>(&env_.fs(), env_.fs().data(), std::move(shared), &env_.events, options);
     env_.fs().SetTierHooks(tier_.get());
   }
   void StopTier() {

@@ -1,6 +1,6 @@
 // RemoteTier's upload workers: each takes a queued file, claims its key,
 // uploads it (one PUT, or multipart with parts in flight in parallel), and
-// tells FileSystem what the object now holds. A failure leaves the file
+// tells the namespace what the object now holds. A failure leaves the file
 // queued; it is tried again after a growing delay.
 #include <algorithm>
 #include <cstdio>
@@ -11,7 +11,7 @@
 
 namespace ckptfs {
 
-bool RemoteTier::TakeUpload(FileSystem::UploadJob* job, const std::set<uint64_t>& also_skip) {
+bool RemoteTier::TakeUpload(TierPort::UploadJob* job, const std::set<uint64_t>& also_skip) {
   std::set<uint64_t> skip = also_skip;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -21,7 +21,7 @@ bool RemoteTier::TakeUpload(FileSystem::UploadJob* job, const std::set<uint64_t>
       if (when > now) skip.insert(ino);
     }
   }
-  for (FileSystem::UploadJob& candidate : fs_->NextUploads(options_.upload_files + 1, skip)) {
+  for (TierPort::UploadJob& candidate : ns_->NextUploads(options_.upload_files + 1, skip)) {
     std::lock_guard<std::mutex> lock(mu_);
     if (uploading_.count(candidate.ino)) continue;  // another worker took it meanwhile
     uploading_.insert(candidate.ino);
@@ -41,7 +41,7 @@ void RemoteTier::UploadLoop() {
       if (stopping_) return;
       uploads_pending_ = false;
     }
-    FileSystem::UploadJob job;
+    TierPort::UploadJob job;
     for (;;) {
       if (size_t allowed = UploadsAllowedNow(); allowed < static_cast<size_t>(options_.upload_files)) {
         std::unique_lock<std::mutex> lock(mu_);
@@ -67,7 +67,7 @@ size_t RemoteTier::UploadsAllowedNow() {
   // saving), no new upload starts. A save that goes on for longer than
   // save_grace gets one upload stream, so uploads are never starved.
   const int64_t now = clock_->MonotonicNanos();
-  const bool saving = fs_->OpenWriters() > 0 || now - fs_->LastSaveActivityNs() < options_.save_quiet_ns;
+  const bool saving = ns_->OpenWriters() > 0 || now - ns_->LastSaveActivityNs() < options_.save_quiet_ns;
   std::lock_guard<std::mutex> lock(mu_);
   if (!saving) {
     saving_since_ = 0;
@@ -102,7 +102,7 @@ void RemoteTier::UploadFinished(uint64_t ino, const Status& st, uint64_t bytes) 
   NoteRemoteResult(st, "uploading");
 }
 
-Status RemoteTier::ReadForUpload(const FileSystem::UploadJob& job, BackingFile* file, uint64_t offset,
+Status RemoteTier::ReadForUpload(const TierPort::UploadJob& job, BackingFile* file, uint64_t offset,
                                  size_t n, std::string* out) {
   if (!job.resident) {
     // A moved step whose data was evicted: fetch it from its old object.
@@ -123,21 +123,21 @@ Status RemoteTier::ReadForUpload(const FileSystem::UploadJob& job, BackingFile* 
   return Status::Ok();
 }
 
-Status RemoteTier::Upload(const FileSystem::UploadJob& job) {
+Status RemoteTier::Upload(const TierPort::UploadJob& job) {
   if (!job.stale_upload_id.empty()) {
     // A multipart upload an earlier run began: abort it so it does not
     // linger (S3 keeps unfinished parts, and bills them, until aborted).
     (void)store_->AbortMultipart(job.stale_upload_key, job.stale_upload_id);
   }
   // An empty file may have no backing file at all (never written).
-  auto file = fs_->data()->Open(job.ino, /*create=*/!job.resident || job.size == 0);
+  auto file = data_->Open(job.ino, /*create=*/!job.resident || job.size == 0);
   if (!file.ok()) return file.status().Annotate("opening " + job.key + " for upload");
   {
     // Wait out a deletion of the same key in flight, then claim the key so
     // that no deletion of it starts while the upload runs.
     std::unique_lock<std::mutex> keys(key_mu_);
     key_cv_.wait(keys, [&] { return !deleting_keys_.count(job.key); });
-    fs_->ClaimKey(job.key);
+    ns_->ClaimKey(job.key);
   }
   // The whole-file CRC32C and the per-chunk ones the commit object records
   // come from the same pass over the bytes sent.
@@ -158,13 +158,13 @@ Status RemoteTier::Upload(const FileSystem::UploadJob& job) {
     st = UploadMultipart(job, file->get(), &sums);
   }
   if (!st.ok()) {
-    fs_->ReleaseKey(job.key);
+    ns_->ReleaseKey(job.key);
     return st;
   }
-  return fs_->NoteUploaded(job, sums.Whole(), options_.checksum_chunk, sums.Chunks());
+  return ns_->NoteUploaded(job, sums.Whole(), options_.checksum_chunk, sums.Chunks());
 }
 
-Status RemoteTier::CheckReadForUpload(const FileSystem::UploadJob& job, uint32_t crc) {
+Status RemoteTier::CheckReadForUpload(const TierPort::UploadJob& job, uint32_t crc) {
   if (!job.expected_crc32c || *job.expected_crc32c == crc) return Status::Ok();
   char msg[200];
   std::snprintf(msg, sizeof msg,
@@ -174,7 +174,7 @@ Status RemoteTier::CheckReadForUpload(const FileSystem::UploadJob& job, uint32_t
   return Status::Error(EIO, job.key + ": " + msg);
 }
 
-Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile* file, ChunkCrc32c* sums) {
+Status RemoteTier::UploadMultipart(const TierPort::UploadJob& job, BackingFile* file, ChunkCrc32c* sums) {
   const uint64_t part_size = PartSizeFor(job.size, std::max(options_.min_part_size, store_->min_part_size()));
   const int parts = static_cast<int>((job.size + part_size - 1) / part_size);
   // Parts in flight: parts_per_file, fewer for huge parts (a 5 TiB file has
@@ -184,7 +184,7 @@ Status RemoteTier::UploadMultipart(const FileSystem::UploadJob& job, BackingFile
                                                            static_cast<uint64_t>(options_.parts_per_file)));
   auto upload_id = store_->BeginMultipart(job.key);
   if (!upload_id.ok()) return upload_id.status();
-  (void)fs_->NoteMultipartStarted(job, *upload_id);
+  (void)ns_->NoteMultipartStarted(job, *upload_id);
 
   // This thread reads the parts in order (the CRC needs them in order) and
   // hands them to up to parts_per_file senders.

@@ -55,7 +55,7 @@ class VerifiedReadTest : public RemoteTierTest {
     cold_ = std::make_unique<FsEnv>(RemoteOptions());
     RemoteTierOptions o;
     o.fetch_chunk = fetch_chunk;
-    cold_tier_ = std::make_unique<RemoteTier>(&cold_->fs(), std::make_unique<SharedStore>(&store_), &cold_->events, o);
+    cold_tier_ = std::make_unique<RemoteTier>(&cold_->fs(), cold_->fs().data(), std::make_unique<SharedStore>(&store_), &cold_->events, o);
     cold_->fs().SetTierHooks(cold_tier_.get());
     auto imported = cold_tier_->ImportPersistedSteps();
     ASSERT_TRUE(imported.ok()) << imported.status().ToString();

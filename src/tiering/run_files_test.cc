@@ -70,7 +70,7 @@ struct ColdMachine {
     o.fetch_chunk = kMiB;
     o.min_part_size = kMiB;
     o.retry_min_ns = 0;
-    tier = std::make_unique<RemoteTier>(&env.fs(), std::make_unique<SharedStore>(store), &env.events, o);
+    tier = std::make_unique<RemoteTier>(&env.fs(), env.fs().data(), std::make_unique<SharedStore>(store), &env.events, o);
     env.fs().SetTierHooks(tier.get());
   }
   ~ColdMachine() {
