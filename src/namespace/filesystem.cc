@@ -34,7 +34,7 @@ FileSystem::~FileSystem() {
   MutexLock lock(&mu_);
   ManifestBatch batch;
   for (auto& [ino, inode] : inodes_) {
-    if (inode->dirty && inode->rec.nlink > 0) PutInode(*inode, &batch);
+    if (inode->dirty && inode->rec.nlink > 0) InodeTable::Put(*inode, &batch);
   }
   // A manifest that failed earlier gets one more try: its kept batches first.
   if (!journal_.healthy() && !journal_.TryRecover()) return;
@@ -68,18 +68,6 @@ void FileSystem::SetIndexRequester(IndexRequester fn) {
 void FileSystem::SetSessionOf(SessionOfFn fn) {
   MutexLock lock(&mu_);
   session_of_ = std::move(fn);
-}
-
-Inode* FileSystem::Find(uint64_t ino) {
-  auto it = inodes_.find(ino);
-  return it == inodes_.end() ? nullptr : it->second.get();
-}
-
-Result<Inode*> FileSystem::FindDir(uint64_t ino) {
-  Inode* inode = Find(ino);
-  if (!inode) return Status::Error(ENOENT, "no inode " + std::to_string(ino));
-  if (!inode->is_dir()) return Status::Error(ENOTDIR, "not a directory");
-  return inode;
 }
 
 struct stat FileSystem::StatOf(const Inode& inode) const {
@@ -132,21 +120,11 @@ bool FileSystem::HasRealChild(Inode* dir, const std::string& name) const {
   return dir->children.count(name) != 0;
 }
 
-void FileSystem::PutInode(const Inode& inode, ManifestBatch* batch) {
-  batch->Put(KeySpace::kInodes, InoKey(inode.rec.ino), EncodeInode(inode.rec));
-}
-
-void FileSystem::TouchDir(Inode* dir, const timespec& now) {
-  dir->rec.mtime = now;
-  dir->rec.ctime = now;
-}
-
 Result<Inode*> FileSystem::NewInode(const Caller& c, uint64_t parent, const std::string& name,
                                     uint32_t mode, ManifestBatch* batch) {
-  Inode* dir = Find(parent);
-  auto inode = std::make_unique<Inode>();
+  Inode* dir = inodes_.Find(parent);
+  Inode* inode = inodes_.Allocate();
   const timespec now = clock_->Now();
-  inode->rec.ino = next_ino_++;
   inode->rec.mode = mode;
   inode->rec.uid = c.uid;
   inode->rec.gid = c.gid;
@@ -159,42 +137,16 @@ Result<Inode*> FileSystem::NewInode(const Caller& c, uint64_t parent, const std:
   inode->rec.atime = inode->rec.mtime = inode->rec.ctime = now;
   inode->rec.parent = parent;
   inode->name = name;
-  Inode* raw = inode.get();
-  inodes_[raw->rec.ino] = std::move(inode);
   if (S_ISREG(mode)) {
-    auto file = data_->Open(raw->rec.ino, /*create=*/true);
+    auto file = data_->Open(inode->rec.ino, /*create=*/true);
     if (!file.ok()) {
-      inodes_.erase(raw->rec.ino);
+      inodes_.Erase(inode->rec.ino);
       return file.status();
     }
-    raw->backing_unsynced = true;
+    inode->backing_unsynced = true;
   }
-  PutInode(*raw, batch);
-  return raw;
-}
-
-void FileSystem::AddChild(Inode* dir, const std::string& name, Inode* child, ManifestBatch* batch) {
-  DentryRecord d{child->rec.ino, dir->rec.next_cookie++};
-  dir->children[name] = d;
-  dir->by_cookie[d.cookie] = name;
-  batch->Put(KeySpace::kDentries, DentryKey(dir->rec.ino, name), EncodeDentry(d));
-  if (child->is_dir()) dir->rec.nlink++;
-  child->rec.parent = dir->rec.ino;
-  child->name = name;
-  TouchDir(dir, clock_->Now());
-  PutInode(*dir, batch);
-}
-
-void FileSystem::RemoveChild(Inode* dir, const std::string& name, ManifestBatch* batch) {
-  auto it = dir->children.find(name);
-  if (it == dir->children.end()) return;
-  Inode* child = Find(it->second.ino);
-  dir->by_cookie.erase(it->second.cookie);
-  dir->children.erase(it);
-  batch->Delete(KeySpace::kDentries, DentryKey(dir->rec.ino, name));
-  if (child && child->is_dir() && dir->rec.nlink > 2) dir->rec.nlink--;
-  TouchDir(dir, clock_->Now());
-  PutInode(*dir, batch);
+  InodeTable::Put(*inode, batch);
+  return inode;
 }
 
 void FileSystem::DropLink(Inode* inode, ManifestBatch* batch) {
@@ -205,14 +157,14 @@ void FileSystem::DropLink(Inode* inode, ManifestBatch* batch) {
     inode->rec.nlink--;
   }
   if (inode->rec.nlink > 0) {
-    PutInode(*inode, batch);
+    InodeTable::Put(*inode, batch);
     return;
   }
   const uint64_t ino = inode->rec.ino;
   if (auto step = steps_.find(ino); step != steps_.end() &&
                                     (step->second.state == StepState::kCommitted ||
                                      step->second.state == StepState::kDeleting)) {
-    UnpersistStepLocked(ino, PathOfLocked(ino), batch);
+    UnpersistStepLocked(ino, inodes_.PathOf(ino), batch);
   }
   if (steps_.erase(ino)) {
     batch->Delete(KeySpace::kSteps, InoKey(ino));
@@ -221,7 +173,7 @@ void FileSystem::DropLink(Inode* inode, ManifestBatch* batch) {
   if (inode->open_handles > 0) {
     // An orphan: the data stays readable through its handles; Release
     // deletes it, and recovery deletes it if the daemon dies first.
-    PutInode(*inode, batch);
+    InodeTable::Put(*inode, batch);
     return;
   }
   batch->Delete(KeySpace::kInodes, InoKey(ino));
@@ -232,17 +184,9 @@ void FileSystem::DropLink(Inode* inode, ManifestBatch* batch) {
   ForgetObjectLocked(inode, batch);
 }
 
-void FileSystem::MaybeEvict(uint64_t ino) {
-  Inode* inode = Find(ino);
-  if (inode && inode->rec.nlink == 0 && inode->open_handles == 0 && inode->lookups == 0 &&
-      ino != kRootIno) {
-    inodes_.erase(ino);
-  }
-}
-
 std::string FileSystem::PathOf(uint64_t ino) {
   MutexLock lock(&mu_);
-  return PathOfLocked(ino);
+  return inodes_.PathOf(ino);
 }
 
 size_t FileSystem::InodeCountForTest() {
@@ -250,16 +194,6 @@ size_t FileSystem::InodeCountForTest() {
   return inodes_.size();
 }
 
-std::string FileSystem::PathOfLocked(uint64_t ino) {
-  std::string path;
-  for (int depth = 0; ino != kRootIno && ino != 0 && depth < 4096; ++depth) {
-    Inode* inode = Find(ino);
-    if (!inode) break;
-    path = path.empty() ? inode->name : inode->name + "/" + path;
-    ino = inode->rec.parent;
-  }
-  return path;
-}
 
 bool FileSystem::RetryManifest() {
   MutexLock lock(&mu_);

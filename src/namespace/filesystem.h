@@ -48,6 +48,7 @@
 #include "manifest/manifest_store.h"
 #include "manifest/schema.h"
 #include "namespace/inode.h"
+#include "namespace/inode_table.h"
 #include "namespace/commit_port.h"
 #include "namespace/manifest_journal.h"
 #include "namespace/tier_port.h"
@@ -443,8 +444,6 @@ class FileSystem : public CommitPort, public TierPort {
   Status Recover() REQUIRES(mu_);
 
   // Helpers; REQUIRES: mu_ held.
-  Inode* Find(uint64_t ino) REQUIRES(mu_);
-  Result<Inode*> FindDir(uint64_t ino) REQUIRES(mu_);
   Entry MakeEntry(Inode* inode);
   struct stat StatOf(const Inode& inode) const;
   Status CheckName(const std::string& name) const;
@@ -474,20 +473,15 @@ class FileSystem : public CommitPort, public TierPort {
   Status TurnOffLatestLinkLocked(Inode* run) REQUIRES(mu_);
   Result<Inode*> NewInode(const Caller& c, uint64_t parent, const std::string& name, uint32_t mode,
                           ManifestBatch* batch) REQUIRES(mu_);
-  void AddChild(Inode* dir, const std::string& name, Inode* child, ManifestBatch* batch);
-  void RemoveChild(Inode* dir, const std::string& name, ManifestBatch* batch) REQUIRES(mu_);
-  void PutInode(const Inode& inode, ManifestBatch* batch);
   // Drops a link; deletes the inode when the last link and handle are gone
   // (its data through the GC queue).
   void DropLink(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
-  void MaybeEvict(uint64_t ino) REQUIRES(mu_);
   // Writes a batch whose change the in-memory image already holds
   // (ManifestJournal::Apply: kept and written later when the manifest cannot
   // take it now).
   Status Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure = true) REQUIRES(mu_) {
     return journal_.Apply(batch, sync, keep_on_failure);
   }
-  void TouchDir(Inode* dir, const timespec& now);
   // Step records follow directory names (mkdir, rename, rmdir).
   void ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now) REQUIRES(mu_);
   // A directory moved into a step, or renamed into one, takes the steps
@@ -519,7 +513,6 @@ class FileSystem : public CommitPort, public TierPort {
   void RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot, ManifestBatch* batch) REQUIRES(mu_);
   bool IsMarkerName(const std::string& name) const;
   uint32_t OpenWritersUnder(Inode* dir) REQUIRES(mu_);
-  std::string PathOfLocked(uint64_t ino) REQUIRES(mu_);
   void CollectFiles(Inode* dir, const std::string& prefix,
                     std::vector<std::pair<std::string, uint64_t>>* out) REQUIRES(mu_);
   void EmitStepEvent(const char* event, uint64_t step_ino, const StepRecord& rec,
@@ -672,10 +665,9 @@ class FileSystem : public CommitPort, public TierPort {
 
   mutable Mutex mu_;
   std::condition_variable step_cv_;  // commit outcomes; commit reservations ending
-  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_ GUARDED_BY(mu_);
+  InodeTable inodes_ GUARDED_BY(mu_);  // inodes, names, links
   std::unordered_map<uint64_t, StepRecord> steps_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, StepRuntime> step_runtime_ GUARDED_BY(mu_);
-  uint64_t next_ino_ GUARDED_BY(mu_) = 2;
   CommitRequester request_commit_;
   IndexRequester request_index_;
   SessionOfFn session_of_;

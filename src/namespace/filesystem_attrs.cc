@@ -41,7 +41,7 @@ Result<Attr> FileSystem::GetAttr(uint64_t ino) {
   if (IsFullIno(ino)) return GetAttrFull(ino);
   MutexLock lock(&mu_);
   if (IsVirtual(ino)) return GetAttrVirtual(ino);
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   return Attr{StatOf(*inode), options_.attr_timeout};
 }
@@ -59,7 +59,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
   if (req.size) WaitUntilNotCommitting(lock, ino);
   if (req.size) CKPTFS_RETURN_IF_ERROR(MakeLocalForWriteLocked(lock, ino));  // remote-only run-level files
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   const timespec now = clock_->Now();
   if (inode->rec.sealed && ChangesTimes(inode->rec, req)) {
@@ -97,7 +97,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
   else if (req.mtime) inode->rec.mtime = *req.mtime;
   inode->rec.ctime = now;
   ManifestBatch batch;
-  PutInode(*inode, &batch);
+  InodeTable::Put(*inode, &batch);
   inode->dirty = false;
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   return Attr{StatOf(*inode), options_.attr_timeout};
@@ -107,16 +107,16 @@ Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) 
   if (IsFullIno(ino)) return GetXattrFull(ino, name);
   MutexLock lock(&mu_);
   if (IsVirtual(ino)) return Status::Error(ENODATA, "no such attribute");
-  if (!Find(ino)) return Status::Error(ENOENT, "no such inode");
+  if (!inodes_.Find(ino)) return Status::Error(ENOENT, "no such inode");
   if (auto v = StepXattr(ino, name)) return *v;
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (auto v = FastPathXattr(*inode, name)) return *v;
   if (name == kPlanXattr && inode->is_dir()) {
     std::string out;
     for (const StepDecision& d : PlanLocked(inode)) {
       auto step = steps_.find(d.id);
       nlohmann::json line = {{"step", d.step},
-                             {"name", Find(d.id) ? Find(d.id)->name : ""},
+                             {"name", inodes_.Find(d.id) ? inodes_.Find(d.id)->name : ""},
                              {"state", step != steps_.end() ? StepStateName(step->second.state) : ""},
                              {"keep", d.keep},
                              {"reason", d.reason}};
@@ -134,7 +134,7 @@ Result<std::vector<std::string>> FileSystem::ListXattr(uint64_t ino) {
   if (IsFullIno(ino)) return ListXattrFull(ino);
   MutexLock lock(&mu_);
   if (IsVirtual(ino)) return std::vector<std::string>{};
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   std::vector<std::string> names;
   if (steps_.count(ino)) {
@@ -161,7 +161,7 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   MutexLock lock(&mu_);
   if (IsVirtual(ino)) return NotPermittedVirtual();
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (IsStepXattrName(name) || name == kPlanXattr) return Status::Error(EPERM, name + " is maintained by ckptfs");
   if (inode->rec.sealed) {
@@ -169,7 +169,7 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   }
   if (Status st = CheckControlXattrName(name, {inode->is_dir(), steps_.count(ino) != 0}); !st.ok()) {
     // setfattr only prints strerror: the reason goes to the events and log.
-    events_->Append({{"event", "error"}, {"path", PathOfLocked(ino)}, {"error", st.message()}});
+    events_->Append({{"event", "error"}, {"path", inodes_.PathOf(ino)}, {"error", st.message()}});
     return st;
   }
   if (name == kLatestLinkXattr && (!inode->is_dir() || (value != "on" && value != "off"))) {
@@ -186,7 +186,7 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   inode->rec.ctime = clock_->Now();
   ManifestBatch batch;
   batch.Put(KeySpace::kXattrs, XattrKey(ino, name), value);
-  PutInode(*inode, &batch);
+  InodeTable::Put(*inode, &batch);
   return Apply(batch, false);
 }
 
@@ -194,7 +194,7 @@ Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
   MutexLock lock(&mu_);
   if (IsVirtual(ino)) return NotPermittedVirtual();
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (IsStepXattrName(name)) return Status::Error(EPERM, name + " is maintained by ckptfs");
   if (inode->rec.sealed) {
@@ -204,7 +204,7 @@ Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
   inode->rec.ctime = clock_->Now();
   ManifestBatch batch;
   batch.Delete(KeySpace::kXattrs, XattrKey(ino, name));
-  PutInode(*inode, &batch);
+  InodeTable::Put(*inode, &batch);
   return Apply(batch, false);
 }
 

@@ -18,7 +18,7 @@ Result<Inode*> FileSystem::PrepareNewEntry(MutexLock& lock, uint64_t parent,
                                            const std::string& name) {
   if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommitting(lock, parent);
-  auto dir = FindDir(parent);
+  auto dir = inodes_.FindDir(parent);
   if (!dir.ok()) return dir.status();
   // A removed directory still open somewhere (a process's cwd): the kernel
   // refuses new entries in it, and so do we for callers that are not the
@@ -42,11 +42,11 @@ Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
   }
   MutexLock lock(&mu_);
   if (IsVirtual(parent)) return LookupVirtual(parent, name);
-  auto dir = FindDir(parent);
+  auto dir = inodes_.FindDir(parent);
   if (!dir.ok()) return dir.status();
   auto it = (*dir)->children.find(name);
   if (it != (*dir)->children.end()) {
-    Inode* child = Find(it->second.ino);
+    Inode* child = inodes_.Find(it->second.ino);
     if (!child) return Status::Error(EIO, "dangling entry " + name);
     return MakeEntry(child);
   }
@@ -56,10 +56,10 @@ Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
 void FileSystem::Forget(uint64_t ino, uint64_t nlookup) {
   MutexLock lock(&mu_);
   if (IsVirtual(ino)) return;
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode) return;
   inode->lookups = nlookup > inode->lookups ? 0 : inode->lookups - nlookup;
-  MaybeEvict(ino);
+  inodes_.ForgetIfUnused(ino);
 }
 
 Result<Entry> FileSystem::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
@@ -70,7 +70,7 @@ Result<Entry> FileSystem::Mkdir(const Caller& c, uint64_t parent, const std::str
   ManifestBatch batch;
   auto inode = NewInode(c, parent, name, S_IFDIR | (mode & 07777), &batch);
   if (!inode.ok()) return inode.status();
-  AddChild(*dir, name, *inode, &batch);
+  inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
   bool unused = false;
   ReclassifyDir(*inode, &batch, &unused);
   NoteActivity(parent);
@@ -90,7 +90,7 @@ Result<Entry> FileSystem::Mknod(const Caller& c, uint64_t parent, const std::str
   ManifestBatch batch;
   auto inode = NewInode(c, parent, name, mode, &batch);
   if (!inode.ok()) return inode.status();
-  AddChild(*dir, name, *inode, &batch);
+  inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
   NoteActivity(parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   return MakeEntry(*inode);
@@ -108,8 +108,8 @@ Result<Entry> FileSystem::Symlink(const Caller& c, uint64_t parent, const std::s
   if (!inode.ok()) return inode.status();
   (*inode)->rec.symlink_target = target;
   (*inode)->rec.size = target.size();
-  PutInode(**inode, &batch);
-  AddChild(*dir, name, *inode, &batch);
+  InodeTable::Put(**inode, &batch);
+  inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
   NoteActivity(parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   return MakeEntry(*inode);
@@ -120,15 +120,15 @@ Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::str
   if (IsVirtual(ino)) return NotPermittedVirtual();
   auto dir = PrepareNewEntry(lock, new_parent, new_name);
   if (!dir.ok()) return dir.status();
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode || inode->rec.nlink == 0) return Status::Error(ENOENT, "no such file");
   if (inode->is_dir()) return Status::Error(EPERM, "hard links to directories are not allowed");
   if (inode->rec.nlink >= 65000) return Status::Error(EMLINK, "too many links");
   ManifestBatch batch;
   inode->rec.nlink++;
   inode->rec.ctime = clock_->Now();
-  AddChild(*dir, new_name, inode, &batch);
-  PutInode(*inode, &batch);
+  inodes_.AddChild(*dir, new_name, inode, clock_->Now(), &batch);
+  InodeTable::Put(*inode, &batch);
   NoteActivity(new_parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   return MakeEntry(inode);
@@ -139,7 +139,7 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
   if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommitting(lock, parent);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-  auto dir = FindDir(parent);
+  auto dir = inodes_.FindDir(parent);
   if (!dir.ok()) return dir.status();
   auto it = (*dir)->children.find(name);
   if (it == (*dir)->children.end()) {
@@ -147,18 +147,18 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
     if (name == kLatestName && VirtualLatestOf(parent) != 0) return TurnOffLatestLinkLocked(*dir);
     return Status::Error(ENOENT, name + " does not exist");
   }
-  Inode* child = Find(it->second.ino);
+  Inode* child = inodes_.Find(it->second.ino);
   if (!child) return Status::Error(EIO, "dangling entry " + name);
   if (child->is_dir()) return Status::Error(EISDIR, name + " is a directory");
   // Deleting from a committed step is allowed: steps may be pruned file by
   // file (rm -rf); what is sealed is the data, not the directory.
   ManifestBatch batch;
   NoteDeletionLocked(parent, &batch);
-  RemoveChild(*dir, name, &batch);
+  inodes_.RemoveChild(*dir, name, clock_->Now(), &batch);
   DropLink(child, &batch);
   NoteActivity(parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
-  MaybeEvict(child->rec.ino);
+  inodes_.ForgetIfUnused(child->rec.ino);
   return Status::Ok();
 }
 
@@ -167,35 +167,35 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommitting(lock, parent);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-  auto dir = FindDir(parent);
+  auto dir = inodes_.FindDir(parent);
   if (!dir.ok()) return dir.status();
   auto it = (*dir)->children.find(name);
   if (it == (*dir)->children.end()) {
     if (parent == kRootIno && name == kControlDirName) return NotPermittedVirtual();
     return Status::Error(ENOENT, name + " does not exist");
   }
-  Inode* child = Find(it->second.ino);
+  Inode* child = inodes_.Find(it->second.ino);
   if (!child) return Status::Error(EIO, "dangling entry " + name);
   if (!child->is_dir()) return Status::Error(ENOTDIR, name + " is not a directory");
   WaitUntilNotCommitting(lock, child->rec.ino);
-  dir = FindDir(parent);  // the wait may have released mu_
+  dir = inodes_.FindDir(parent);  // the wait may have released mu_
   if (!dir.ok()) return dir.status();
   it = (*dir)->children.find(name);
   if (it == (*dir)->children.end()) return Status::Error(ENOENT, name + " does not exist");
-  child = Find(it->second.ino);
+  child = inodes_.Find(it->second.ino);
   if (!child->children.empty()) return Status::Error(ENOTEMPTY, name + " is not empty");
   ManifestBatch batch;
   if (steps_.count(child->rec.ino)) {
-    events_->Append({{"event", "delete"}, {"path", PathOfLocked(child->rec.ino)},
+    events_->Append({{"event", "delete"}, {"path", inodes_.PathOf(child->rec.ino)},
                      {"step", steps_[child->rec.ino].step}});
   } else {
     NoteDeletionLocked(parent, &batch);
   }
-  RemoveChild(*dir, name, &batch);
+  inodes_.RemoveChild(*dir, name, clock_->Now(), &batch);
   DropLink(child, &batch);
   NoteActivity(parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
-  MaybeEvict(child->rec.ino);
+  inodes_.ForgetIfUnused(child->rec.ino);
   return Status::Ok();
 }
 
@@ -207,7 +207,7 @@ Status FileSystem::TurnOffLatestLinkLocked(Inode* run) {
   run->xattrs[kLatestLinkXattr] = "off";
   run->rec.ctime = clock_->Now();
   batch.Put(KeySpace::kXattrs, XattrKey(run->rec.ino, kLatestLinkXattr), "off");
-  PutInode(*run, &batch);
+  InodeTable::Put(*run, &batch);
   return Apply(batch, false);
 }
 
@@ -217,9 +217,9 @@ Result<std::string> FileSystem::Readlink(uint64_t ino) {
     const uint64_t run = ino & ~kLatestBit;
     const uint64_t step = VirtualLatestOf(run);
     if (step == 0) return Status::Error(ENOENT, "no committed step");
-    return Find(step)->name;
+    return inodes_.Find(step)->name;
   }
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (!inode->is_symlink()) return Status::Error(EINVAL, "not a symlink");
   return inode->rec.symlink_target;
@@ -240,9 +240,9 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   WaitUntilNotCommitting(lock, parent);
   WaitUntilNotCommitting(lock, new_parent);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-  auto src_dir = FindDir(parent);
+  auto src_dir = inodes_.FindDir(parent);
   if (!src_dir.ok()) return src_dir.status();
-  auto dst_dir = FindDir(new_parent);
+  auto dst_dir = inodes_.FindDir(new_parent);
   if (!dst_dir.ok()) return dst_dir.status();
   CKPTFS_RETURN_IF_ERROR(CheckName(new_name));
   CKPTFS_RETURN_IF_ERROR(CheckNotReserved(new_parent, new_name));
@@ -255,16 +255,16 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
     return Status::Error(ENOENT, name + " does not exist");
   }
   if (new_parent == kRootIno && new_name == kControlDirName) return NotPermittedVirtual();
-  Inode* src = Find(sit->second.ino);
+  Inode* src = inodes_.Find(sit->second.ino);
   if (!src) return Status::Error(EIO, "dangling entry " + name);
   if (src->is_dir()) WaitUntilNotCommitting(lock, src->rec.ino);
   // Re-resolve: the waits may have released mu_.
-  src_dir = FindDir(parent);
-  dst_dir = FindDir(new_parent);
+  src_dir = inodes_.FindDir(parent);
+  dst_dir = inodes_.FindDir(new_parent);
   if (!src_dir.ok() || !dst_dir.ok()) return Status::Error(ENOENT, "directory vanished");
   sit = (*src_dir)->children.find(name);
   if (sit == (*src_dir)->children.end()) return Status::Error(ENOENT, name + " does not exist");
-  src = Find(sit->second.ino);
+  src = inodes_.Find(sit->second.ino);
 
   // Moving an entry across a committed step's boundary would change sealed
   // contents; a whole step directory may move.
@@ -275,12 +275,12 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   }
   // A directory may not move below itself.
   if (src->is_dir()) {
-    for (uint64_t x = new_parent; x != 0 && x != kRootIno; x = Find(x) ? Find(x)->rec.parent : 0) {
+    for (uint64_t x = new_parent; x != 0 && x != kRootIno; x = inodes_.Find(x) ? inodes_.Find(x)->rec.parent : 0) {
       if (x == src->rec.ino) return Status::Error(EINVAL, "cannot move a directory below itself");
     }
   }
   auto dit = (*dst_dir)->children.find(new_name);
-  Inode* dst = dit == (*dst_dir)->children.end() ? nullptr : Find(dit->second.ino);
+  Inode* dst = dit == (*dst_dir)->children.end() ? nullptr : inodes_.Find(dit->second.ino);
   if (dst == src) return Status::Ok();  // same inode: POSIX says do nothing
 
   ManifestBatch batch;
@@ -295,7 +295,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   if (flags & RENAME_EXCHANGE) {
     if (!dst) return Status::Error(ENOENT, new_name + " does not exist");
     if (dst->is_dir()) {
-      for (uint64_t x = parent; x != 0 && x != kRootIno; x = Find(x) ? Find(x)->rec.parent : 0) {
+      for (uint64_t x = parent; x != 0 && x != kRootIno; x = inodes_.Find(x) ? inodes_.Find(x)->rec.parent : 0) {
         if (x == dst->rec.ino) return Status::Error(EINVAL, "cannot move a directory below itself");
       }
       WaitUntilNotCommitting(lock, dst->rec.ino);
@@ -320,12 +320,12 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
     dst->rec.parent = parent;
     dst->name = name;
     src->rec.ctime = dst->rec.ctime = now;
-    TouchDir(*src_dir, now);
-    TouchDir(*dst_dir, now);
-    PutInode(*src, &batch);
-    PutInode(*dst, &batch);
-    PutInode(**src_dir, &batch);
-    if (*dst_dir != *src_dir) PutInode(**dst_dir, &batch);
+    (*src_dir)->rec.mtime = (*src_dir)->rec.ctime = now;
+    (*dst_dir)->rec.mtime = (*dst_dir)->rec.ctime = now;
+    InodeTable::Put(*src, &batch);
+    InodeTable::Put(*dst, &batch);
+    InodeTable::Put(**src_dir, &batch);
+    if (*dst_dir != *src_dir) InodeTable::Put(**dst_dir, &batch);
     if (src->is_dir()) ReclassifyDir(src, &batch, &commit_src);
     if (dst->is_dir()) ReclassifyDir(dst, &batch, &commit_dst);
     if (src->is_dir()) DemoteNestedStepsLocked(src, &batch);
@@ -339,13 +339,13 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
         WaitUntilNotCommitting(lock, dst->rec.ino);
         if (!dst->children.empty()) return Status::Error(ENOTEMPTY, new_name + " is not empty");
       }
-      RemoveChild(*dst_dir, new_name, &batch);
+      inodes_.RemoveChild(*dst_dir, new_name, clock_->Now(), &batch);
       DropLink(dst, &batch);
     }
-    RemoveChild(*src_dir, name, &batch);
-    AddChild(*dst_dir, new_name, src, &batch);
+    inodes_.RemoveChild(*src_dir, name, clock_->Now(), &batch);
+    inodes_.AddChild(*dst_dir, new_name, src, clock_->Now(), &batch);
     src->rec.ctime = now;
-    PutInode(*src, &batch);
+    InodeTable::Put(*src, &batch);
     if (src->is_dir()) {
       ReclassifyDir(src, &batch, &commit_src);
       DemoteNestedStepsLocked(src, &batch);
@@ -355,7 +355,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   NoteActivity(parent);
   NoteActivity(new_parent);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
-  if (dst && !(flags & RENAME_EXCHANGE)) MaybeEvict(dst->rec.ino);
+  if (dst && !(flags & RENAME_EXCHANGE)) inodes_.ForgetIfUnused(dst->rec.ino);
   if (commit_src) RequestCommitLocked(src->rec.ino, CommitTrigger::kRename);
   if (commit_dst) RequestCommitLocked(dst->rec.ino, CommitTrigger::kRename);
   // A marker or run index file renamed into place triggers as its close
@@ -388,7 +388,7 @@ Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset,
     return out;
   }
   if (IsVirtual(ino)) return Status::Error(ENOTDIR, "not a directory");
-  auto dir = FindDir(ino);
+  auto dir = inodes_.FindDir(ino);
   if (!dir.ok()) return dir.status();
   Inode* d = *dir;
   if (offset < 1 && out.size() < max) out.push_back(DirEntry{".", ino, S_IFDIR, 1});
@@ -409,7 +409,7 @@ Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset,
   const uint64_t after = offset < kFirstRealOffset ? 0 : offset - kFirstRealOffset;
   for (auto it = d->by_cookie.upper_bound(after); it != d->by_cookie.end() && out.size() < max; ++it) {
     const DentryRecord& dent = d->children.at(it->second);
-    Inode* child = Find(dent.ino);
+    Inode* child = inodes_.Find(dent.ino);
     out.push_back(DirEntry{it->second, dent.ino, child ? (child->rec.mode & S_IFMT) : 0u,
                            it->first + kFirstRealOffset});
   }

@@ -73,7 +73,7 @@ Result<FileSystem::FastPathFile> FileSystem::OpenForFastPath(const FastPathCalle
     MutexLock lock(&mu_);
     for (size_t i = 0; i < names->size(); i++) {
       const std::string& name = (*names)[i];
-      Inode* dir = Find(parent);
+      Inode* dir = inodes_.Find(parent);
       if (!dir || !dir->is_dir()) return Status::Error(ENOTDIR, "fast path: a component of '" + path + "' is not a directory");
       if (!MayAccess(dir->rec, who, X_OK)) {
         return Status::Error(EACCES, "fast path: no search permission on a directory of '" + path + "'");
@@ -94,7 +94,7 @@ Result<FileSystem::FastPathFile> FileSystem::OpenForFastPath(const FastPathCalle
         parent = child->second.ino;
         continue;
       }
-      Inode* file = Find(child->second.ino);
+      Inode* file = inodes_.Find(child->second.ino);
       if (!file) return Status::Error(ENOENT, "fast path: '" + path + "' vanished");
       if (file->is_dir()) return Status::Error(EISDIR, "fast path: '" + path + "' is a directory");
       if (!file->is_reg()) return Status::Error(EINVAL, "fast path: '" + path + "' is not a regular file");
@@ -170,7 +170,7 @@ Status FileSystem::FinishFastPath(FastPathFile* file, uint64_t size, uint32_t cr
   {
     MutexLock lock(&mu_);
     CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-    Inode* inode = Find(fh->ino);
+    Inode* inode = inodes_.Find(fh->ino);
     if (!inode) return Status::Error(ENOENT, "fast path: the file was removed");
     inode->rec.size = size;
     inode->rec.mtime = inode->rec.ctime = clock_->Now();
@@ -182,7 +182,7 @@ Status FileSystem::FinishFastPath(FastPathFile* file, uint64_t size, uint32_t cr
     }
     inode->checksum = rec;
     ManifestBatch batch;
-    PutInode(*inode, &batch);
+    InodeTable::Put(*inode, &batch);
     if (inode->rec.nlink > 0) batch.Put(KeySpace::kChecksums, InoKey(fh->ino), EncodeChecksum(*inode->checksum));
     NoteActivity(fh->ino);
     // Synced: when the client's close returns, size and checksum are recorded.
@@ -190,7 +190,7 @@ Status FileSystem::FinishFastPath(FastPathFile* file, uint64_t size, uint32_t cr
     metrics_.writer_fastpath_bytes += size;
     metrics_.writer_fastpath_files++;
     if (*computed != crc32c) {
-      const std::string path = PathOfLocked(fh->ino);
+      const std::string path = inodes_.PathOf(fh->ino);
       mismatch = "the writer reported CRC32C " + Hex8(crc32c) + " but the file holds " + Hex8(*computed);
       events_->Append({{"event", "error"}, {"kind", "checksum_mismatch"}, {"path", path}, {"error", mismatch}});
       mismatch = path + ": " + mismatch;
@@ -213,7 +213,7 @@ Status FileSystem::AbandonFastPath(FastPathFile* file) {
   InvalidateInodeFn invalidate;
   {
     MutexLock lock(&mu_);
-    Inode* inode = Find(fh->ino);
+    Inode* inode = inodes_.Find(fh->ino);
     if (!inode) return revoked;
     inode->rec.size = *actual;
     inode->rec.mtime = inode->rec.ctime = clock_->Now();
@@ -228,7 +228,7 @@ Status FileSystem::CheckUnchangedSinceClose(uint64_t ino, BackingFile* file) {
   auto now = file->Stat();
   if (!now.ok()) return now.err() == ENOTSUP ? Status::Ok() : now.status();
   MutexLock lock(&mu_);
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode || !inode->checksum || inode->checksum->backing_inode == 0) return Status::Ok();
   const ChecksumRecord& at_close = *inode->checksum;
   // Written again through the mount since: the daemon made that version.
@@ -244,7 +244,7 @@ Status FileSystem::CheckUnchangedSinceClose(uint64_t ino, BackingFile* file) {
                          ? "its backing file went from " + std::to_string(at_close.size) + " to " +
                                std::to_string(now->size) + " bytes"
                          : "its backing file was modified";
-  const std::string path = PathOfLocked(ino);
+  const std::string path = inodes_.PathOf(ino);
   events_->Append({{"event", "error"}, {"kind", "changed_after_close"}, {"path", path}, {"error", what}});
   return Status::Error(EIO, path + " changed outside ckptfs after its writer closed it: " + what);
 }
@@ -258,7 +258,7 @@ void FileSystem::LoadChecksums(Status* decode_error) {
       *decode_error = ino.ok() ? rec.status() : ino.status();
       return false;
     }
-    if (Inode* inode = Find(*ino)) inode->checksum = *rec;
+    if (Inode* inode = inodes_.Find(*ino)) inode->checksum = *rec;
     return true;
   });
   if (!st.ok()) *decode_error = st;

@@ -40,7 +40,7 @@ class FsShardReader final : public ShardReader {
   Result<uint64_t> Size(const std::string& path) override {
     MutexLock lock(&fs_->mu_);
     const uint64_t ino = fs_->ResolveRelative(dir_, path);
-    Inode* inode = ino ? fs_->Find(ino) : nullptr;
+    Inode* inode = ino ? fs_->inodes_.Find(ino) : nullptr;
     if (!inode || !inode->is_reg()) return Status::Error(ENOENT, path + " does not exist");
     return inode->rec.size;
   }
@@ -74,7 +74,7 @@ uint64_t FileSystem::ResolveRelative(uint64_t dir_ino, const std::string& path) 
   while (start <= path.size()) {
     const size_t slash = path.find('/', start);
     const std::string name = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    Inode* dir = Find(ino);
+    Inode* dir = inodes_.Find(ino);
     if (!dir || !dir->is_dir()) return 0;
     auto it = dir->children.find(name);
     if (it == dir->children.end()) return 0;
@@ -100,7 +100,7 @@ Result<std::shared_ptr<const FullView>> FileSystem::ViewOf(uint64_t dir_ino) {
   std::string dir_name;
   {
     MutexLock lock(&mu_);
-    Inode* dir = Find(dir_ino);
+    Inode* dir = inodes_.Find(dir_ino);
     if (!dir || !dir->is_dir()) return Status::Error(ENOENT, "no such directory");
     // A step directory's name is no group name (step100.safetensors would
     // only repeat all.safetensors).
@@ -140,7 +140,7 @@ std::optional<Result<Entry>> FileSystem::LookupFullDir(uint64_t parent) {
   {
     MutexLock lock(&mu_);
     if (IsVirtual(parent)) return std::nullopt;
-    Inode* dir = Find(parent);
+    Inode* dir = inodes_.Find(parent);
     if (!dir || !dir->is_dir() || HasRealChild(dir, kFullDirName)) return std::nullopt;
   }
   Result<std::shared_ptr<const FullView>> view = ViewOf(parent);
@@ -170,7 +170,7 @@ Result<Attr> FileSystem::GetAttrFull(uint64_t ino) {
   struct stat st {};
   {
     MutexLock lock(&mu_);
-    Inode* dir = Find(DirOf(ino));
+    Inode* dir = inodes_.Find(DirOf(ino));
     if (!dir) return Status::Error(ENOENT, "no such directory");
     st.st_uid = dir->rec.uid;
     st.st_gid = dir->rec.gid;

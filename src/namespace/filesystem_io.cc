@@ -33,10 +33,10 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
   const bool write = WantsWrite(flags) || truncate;
   if (write) WaitUntilNotCommitting(lock, ino);
   if (write) CKPTFS_RETURN_IF_ERROR(MakeLocalForWriteLocked(lock, ino));  // remote-only run-level files
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   while (inode && inode->evicting) {
     lock.Wait(step_cv_);
-    inode = Find(ino);
+    inode = inodes_.Find(ino);
   }
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->is_dir()) return Status::Error(EISDIR, "is a directory");
@@ -101,7 +101,7 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   ManifestBatch batch;
   auto inode = NewInode(c, parent, name, S_IFREG | (mode & 07777), &batch);
   if (!inode.ok()) return inode.status();
-  AddChild(*dir, name, *inode, &batch);
+  inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
   NoteActivity(parent);
   ForgetPendingCommitLocked(parent, &batch);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
@@ -180,7 +180,7 @@ int FileSystem::BackingFd(FileHandle* fh) const { return fh->file ? fh->file->fd
 void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
   metrics_.fuse_bytes_written += n;
   MutexLock lock(&mu_);
-  Inode* inode = Find(fh->ino);
+  Inode* inode = inodes_.Find(fh->ino);
   if (!inode) return;
   inode->rec.size = std::max<uint64_t>(inode->rec.size, offset + n);
   inode->rec.mtime = inode->rec.ctime = clock_->Now();
@@ -199,11 +199,11 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
 
 Status FileSystem::Flush(FileHandle* fh) {
   MutexLock lock(&mu_);
-  Inode* inode = Find(fh->ino);
+  Inode* inode = inodes_.Find(fh->ino);
   if (!inode || inode->rec.nlink == 0) return Status::Ok();
   ManifestBatch batch;
   if (inode->dirty) {
-    PutInode(*inode, &batch);
+    InodeTable::Put(*inode, &batch);
     inode->dirty = false;
   }
   if (fh->writable && !fh->flushed) {
@@ -223,7 +223,7 @@ void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestB
   const uint64_t step = StepOf(marker->rec.parent);
   auto it = steps_.find(step);
   if (it == steps_.end() || it->second.state != StepState::kWriting) return;
-  Inode* dir = Find(step);
+  Inode* dir = inodes_.Find(step);
   if (!dir || UnflushedWritersUnder(dir) > 0) return;
   StepRecord& rec = it->second;
   uint8_t bits = rec.pending_commit | kPendingCommit;
@@ -240,17 +240,17 @@ Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {
   bool sync_dir = false;
   {
     MutexLock lock(&mu_);
-    Inode* inode = Find(fh->ino);
+    Inode* inode = inodes_.Find(fh->ino);
     sync_dir = inode && inode->backing_unsynced;
   }
   // A new file's backing directory entry must be durable too.
   if (sync_dir) CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
   MutexLock lock(&mu_);
-  Inode* inode = Find(fh->ino);
+  Inode* inode = inodes_.Find(fh->ino);
   if (!inode) return Status::Ok();
   if (sync_dir) inode->backing_unsynced = false;
   ManifestBatch batch;
-  if (inode->rec.nlink > 0) PutInode(*inode, &batch);
+  if (inode->rec.nlink > 0) InodeTable::Put(*inode, &batch);
   inode->dirty = false;
   return Apply(batch, true);
 }
@@ -266,7 +266,7 @@ Status FileSystem::Release(FileHandle* fh) {
   MutexLock lock(&mu_);
   // The writer's session, in case this close triggers a commit.
   const uint64_t session = !fh->writable || fh->pid == 0 ? 0 : session_of_ ? session_of_(fh->pid) : fh->pid;
-  Inode* inode = Find(fh->ino);
+  Inode* inode = inodes_.Find(fh->ino);
   if (!inode) return Status::Ok();
   if (inode->open_handles > 0) inode->open_handles--;
   if (fh->writable && inode->open_writers > 0) inode->open_writers--;
@@ -283,12 +283,12 @@ Status FileSystem::Release(FileHandle* fh) {
       }
       st = Apply(batch, false);
       if (st.ok() && inode->is_reg()) (void)data_->Remove(fh->ino);
-      MaybeEvict(fh->ino);
+      inodes_.ForgetIfUnused(fh->ino);
     }
     return st;
   }
   if (inode->dirty) {
-    PutInode(*inode, &batch);
+    InodeTable::Put(*inode, &batch);
     inode->dirty = false;
     st = Apply(batch, false);
   }
@@ -313,7 +313,7 @@ Status FileSystem::OpenDir(uint64_t ino) {
   MutexLock lock(&mu_);
   if (ino == kControlDirIno) return Status::Ok();
   if (IsVirtual(ino)) return Status::Error(ENOTDIR, "not a directory");
-  auto dir = FindDir(ino);
+  auto dir = inodes_.FindDir(ino);
   return dir.ok() ? Status::Ok() : dir.status();
 }
 

@@ -22,8 +22,7 @@ Status FileSystem::Load() {
     }
     auto inode = std::make_unique<Inode>();
     inode->rec = std::move(rec).value();
-    next_ino_ = std::max(next_ino_, inode->rec.ino + 1);
-    inodes_[inode->rec.ino] = std::move(inode);
+    inodes_.Insert(std::move(inode));
     return true;
   }));
   CKPTFS_RETURN_IF_ERROR(decode_error);
@@ -35,8 +34,8 @@ Status FileSystem::Load() {
       decode_error = key.ok() ? dent.status() : key.status();
       return false;
     }
-    Inode* dir = Find(key->first);
-    Inode* child = Find(dent->ino);
+    Inode* dir = inodes_.Find(key->first);
+    Inode* child = inodes_.Find(dent->ino);
     if (!dir || !child) {
       decode_error = Status::Error(EIO, "manifest entry " + key->second + " points to a missing inode");
       return false;
@@ -55,7 +54,7 @@ Status FileSystem::Load() {
       decode_error = key.status();
       return false;
     }
-    if (Inode* inode = Find(key->first)) inode->xattrs[key->second] = std::string(v);
+    if (Inode* inode = inodes_.Find(key->first)) inode->xattrs[key->second] = std::string(v);
     return true;
   }));
   CKPTFS_RETURN_IF_ERROR(decode_error);
@@ -67,7 +66,7 @@ Status FileSystem::Load() {
       decode_error = ino.ok() ? rec.status() : ino.status();
       return false;
     }
-    if (Find(*ino)) steps_[*ino] = std::move(rec).value();
+    if (inodes_.Find(*ino)) steps_[*ino] = std::move(rec).value();
     return true;
   }));
   if (decode_error.ok()) LoadTierState(&decode_error);
@@ -85,7 +84,7 @@ Status FileSystem::Recover() {
   if (!last_boot.ok()) return last_boot.status();
   const bool same_boot = !options_.boot_id.empty() && last_boot->has_value() && **last_boot == options_.boot_id;
   if (!options_.boot_id.empty()) batch.Put(KeySpace::kMeta, kBootIdKey, options_.boot_id);
-  if (!Find(kRootIno)) {
+  if (!inodes_.Find(kRootIno)) {
     // A new cache: the root directory, owned by whoever mounts.
     auto root = std::make_unique<Inode>();
     root->rec.ino = kRootIno;
@@ -94,8 +93,8 @@ Status FileSystem::Recover() {
     root->rec.gid = getgid();
     root->rec.nlink = 2;
     root->rec.atime = root->rec.mtime = root->rec.ctime = now;
-    PutInode(*root, &batch);
-    inodes_[kRootIno] = std::move(root);
+    InodeTable::Put(*root, &batch);
+    inodes_.Insert(std::move(root));
     batch.Put(KeySpace::kMeta, kFormatVersionKey, kFormatVersion);
   }
 
@@ -105,11 +104,11 @@ Status FileSystem::Recover() {
     if (inode->rec.nlink == 0 && ino != kRootIno) orphans.push_back(ino);
   }
   for (uint64_t ino : orphans) {
-    Inode* inode = Find(ino);
+    Inode* inode = inodes_.Find(ino);
     ForgetObjectLocked(inode, &batch);
     batch.Delete(KeySpace::kInodes, InoKey(ino));
     for (const auto& [name, value] : inode->xattrs) batch.Delete(KeySpace::kXattrs, XattrKey(ino, name));
-    inodes_.erase(ino);
+    inodes_.Erase(ino);
   }
 
   // Backing files: remove those no inode owns (created just before a crash);
@@ -123,12 +122,12 @@ Status FileSystem::Recover() {
   }));
   // Never hand out a number still in the GC queue: the GC would delete the
   // new file's data (its backing file may already be gone, key not yet).
-  if (!queued_for_gc.empty()) next_ino_ = std::max(next_ino_, *queued_for_gc.rbegin() + 1);
+  if (!queued_for_gc.empty()) inodes_.ReserveThrough(*queued_for_gc.rbegin());
   auto listed = data_->List();
   if (!listed.ok()) return listed.status();
   for (uint64_t ino : *listed) {
-    next_ino_ = std::max(next_ino_, ino + 1);
-    Inode* inode = Find(ino);
+    inodes_.ReserveThrough(ino);
+    Inode* inode = inodes_.Find(ino);
     if ((!inode || !inode->is_reg()) && !queued_for_gc.count(ino)) (void)data_->Remove(ino);
   }
   for (auto& [ino, inode] : inodes_) {
@@ -143,16 +142,16 @@ Status FileSystem::Recover() {
     if (!inode->rec.sealed) {
       if (actual != inode->rec.size) {
         inode->rec.size = actual;
-        PutInode(*inode, &batch);
+        InodeTable::Put(*inode, &batch);
       }
       continue;
     }
     if (actual < inode->rec.size) {
       // Committed data must be there; if the disk lost it, say so loudly.
       const uint64_t step = StepOf(ino);
-      const std::string why = "committed file " + PathOfLocked(ino) + " lost data: " +
+      const std::string why = "committed file " + inodes_.PathOf(ino) + " lost data: " +
                               std::to_string(actual) + " of " + std::to_string(inode->rec.size) + " bytes";
-      events_->Append({{"event", "error"}, {"path", PathOfLocked(ino)}, {"error", why}});
+      events_->Append({{"event", "error"}, {"path", inodes_.PathOf(ino)}, {"error", why}});
       if (step != 0) {
         StepRecord& rec = steps_[step];
         rec.state = StepState::kBroken;
@@ -181,7 +180,7 @@ Status FileSystem::Recover() {
 
   // Retention runs at mount too (SPEC section 5), in the same batch.
   std::set<uint64_t> runs;
-  for (const auto& [ino, rec] : steps_) runs.insert(Find(ino)->rec.parent);
+  for (const auto& [ino, rec] : steps_) runs.insert(inodes_.Find(ino)->rec.parent);
   for (uint64_t run : runs) ApplyRetentionLocked(run, &batch);
   pending_invalidations_.clear();  // nothing is mounted yet
 

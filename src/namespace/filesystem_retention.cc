@@ -104,7 +104,7 @@ std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
     auto step = steps_.find(dent.ino);
     // A step being deleted by the user is no longer counted by any rule.
     if (step == steps_.end() || step->second.state == StepState::kDeleting) continue;
-    Inode* dir = Find(dent.ino);
+    Inode* dir = inodes_.Find(dent.ino);
     if (!dir) continue;
     StepFacts f;
     f.id = dent.ino;
@@ -129,13 +129,13 @@ std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
 
 Result<std::vector<StepDecision>> FileSystem::PlanRetentionFor(uint64_t run_ino) {
   MutexLock lock(&mu_);
-  auto run = FindDir(run_ino);
+  auto run = inodes_.FindDir(run_ino);
   if (!run.ok()) return run.status();
   return PlanLocked(*run);
 }
 
 void FileSystem::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch) {
-  Inode* run = Find(run_ino);
+  Inode* run = inodes_.Find(run_ino);
   if (!run || !run->is_dir()) return;
   for (const StepDecision& d : PlanLocked(run)) {
     if (!d.keep) RemoveStepLocked(d.id, d.reason, batch);
@@ -145,13 +145,13 @@ void FileSystem::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch) {
 void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
   for (const auto& [name, dent] : dir->children) {
     batch->Delete(KeySpace::kDentries, DentryKey(dir->rec.ino, name));
-    Inode* child = Find(dent.ino);
+    Inode* child = inodes_.Find(dent.ino);
     if (!child) continue;
     if (child->is_dir()) RemoveSubtreeLocked(child, batch);
     if (!child->is_dir() && child->rec.nlink > 1) {
       // Another hard link outside the step keeps the file alive.
       child->rec.nlink--;
-      PutInode(*child, batch);
+      InodeTable::Put(*child, batch);
       continue;
     }
     child->rec.nlink = 0;
@@ -160,7 +160,7 @@ void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
     }
     if (auto step = steps_.find(child->rec.ino); step != steps_.end() &&
                                                  step->second.state == StepState::kCommitted) {
-      UnpersistStepLocked(child->rec.ino, PathOfLocked(child->rec.ino), batch);
+      UnpersistStepLocked(child->rec.ino, inodes_.PathOf(child->rec.ino), batch);
     }
     if (steps_.erase(child->rec.ino)) {
       batch->Delete(KeySpace::kSteps, InoKey(child->rec.ino));
@@ -169,12 +169,12 @@ void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
     if (child->open_handles > 0) {
       // Readers keep their data until they close; Release deletes it, and
       // recovery deletes orphans if the daemon stops first.
-      PutInode(*child, batch);
+      InodeTable::Put(*child, batch);
     } else {
       batch->Delete(KeySpace::kInodes, InoKey(child->rec.ino));
       if (child->is_reg()) batch->Put(KeySpace::kGc, InoKey(child->rec.ino), "");
       ForgetObjectLocked(child, batch);
-      MaybeEvict(child->rec.ino);
+      inodes_.ForgetIfUnused(child->rec.ino);
     }
   }
   dir->children.clear();
@@ -182,17 +182,17 @@ void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
 }
 
 void FileSystem::RemoveStepLocked(uint64_t step_ino, const std::string& reason, ManifestBatch* batch) {
-  Inode* step = Find(step_ino);
+  Inode* step = inodes_.Find(step_ino);
   auto rec_it = steps_.find(step_ino);
   if (!step || rec_it == steps_.end()) return;
   const StepRecord rec = rec_it->second;
-  const std::string path = PathOfLocked(step_ino);
+  const std::string path = inodes_.PathOf(step_ino);
   const uint64_t run_ino = step->rec.parent;
   const std::string name = step->name;
   RemoveSubtreeLocked(step, batch);
-  if (Inode* run = Find(run_ino)) RemoveChild(run, name, batch);
+  if (Inode* run = inodes_.Find(run_ino)) inodes_.RemoveChild(run, name, clock_->Now(), batch);
   DropLink(step, batch);  // removes the step record too
-  MaybeEvict(step_ino);
+  inodes_.ForgetIfUnused(step_ino);
   pending_invalidations_.emplace_back(run_ino, name);
   metrics_.retention_removals++;
   events_->Append({{"event", "prune"},
@@ -221,7 +221,7 @@ Result<size_t> FileSystem::CollectGarbage(size_t max) {
       // Deleted inodes may stay in memory while the kernel still holds a
       // lookup on them; those are not live. Open orphans are, and their
       // last close deletes the data.
-      const Inode* inode = Find(ino);
+      const Inode* inode = inodes_.Find(ino);
       live = inode && (inode->rec.nlink > 0 || inode->open_handles > 0);
     }
     if (!live) CKPTFS_RETURN_IF_ERROR(data_->Remove(ino));
@@ -256,7 +256,7 @@ Status FileSystem::ValidateXattr(Inode* inode, const std::string& name, const st
     st = SetPolicyRule(rule, value, &level);
   }
   if (!st.ok()) {
-    events_->Append({{"event", "error"}, {"path", PathOfLocked(inode->rec.ino)}, {"error", st.message()}});
+    events_->Append({{"event", "error"}, {"path", inodes_.PathOf(inode->rec.ino)}, {"error", st.message()}});
   }
   return st;
 }

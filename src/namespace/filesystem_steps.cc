@@ -16,7 +16,7 @@ uint64_t FileSystem::StepOf(uint64_t ino) {
   for (int depth = 0; ino != 0 && depth < kMaxDepth; ++depth) {
     if (steps_.count(ino)) return ino;
     if (ino == kRootIno) return 0;
-    Inode* inode = Find(ino);
+    Inode* inode = inodes_.Find(ino);
     if (!inode) return 0;
     ino = inode->rec.parent;
   }
@@ -38,7 +38,7 @@ void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
   // (committed, incomplete, broken) turns into a deletion.
   if (rec.state == StepState::kWriting || rec.state == StepState::kDeleting) return;
   // The remote copy stops being complete now: its commit object goes first.
-  UnpersistStepLocked(step, PathOfLocked(step), batch);
+  UnpersistStepLocked(step, inodes_.PathOf(step), batch);
   rec.state = StepState::kDeleting;
   rec.error.clear();
   batch->Put(KeySpace::kSteps, InoKey(step), EncodeStep(rec));
@@ -46,7 +46,7 @@ void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
 }
 
 uint64_t FileSystem::LatestStepOf(uint64_t run_ino) {
-  Inode* run = Find(run_ino);
+  Inode* run = inodes_.Find(run_ino);
   if (!run || !run->is_dir()) return 0;
   uint64_t best = 0;
   int64_t best_step = -1;
@@ -62,7 +62,7 @@ uint64_t FileSystem::LatestStepOf(uint64_t run_ino) {
 }
 
 uint64_t FileSystem::VirtualLatestOf(uint64_t run_ino) {
-  Inode* run = Find(run_ino);
+  Inode* run = inodes_.Find(run_ino);
   if (!run || !run->is_dir() || HasRealChild(run, kLatestName)) return 0;
   if (auto it = run->xattrs.find(kLatestLinkXattr); it != run->xattrs.end() && it->second == "off") return 0;
   const uint64_t step = LatestStepOf(run_ino);
@@ -71,7 +71,7 @@ uint64_t FileSystem::VirtualLatestOf(uint64_t run_ino) {
   // no link even before its file exists. A DeepSpeed run: the default tags
   // (global_step<N>), its zero_to_fp32.py beside the steps, or the newest
   // step holding its mp_rank_<NN>_model_states.pt.
-  Inode* s = step ? Find(step) : nullptr;
+  Inode* s = step ? inodes_.Find(step) : nullptr;
   if (!s) return 0;
   if (s->name.rfind("global_step", 0) == 0 || HasRealChild(run, "zero_to_fp32.py")) return 0;
   for (auto it = s->children.lower_bound("mp_rank_"); it != s->children.end() && it->first.rfind("mp_rank_", 0) == 0; ++it) {
@@ -111,7 +111,7 @@ void FileSystem::ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_no
 void FileSystem::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
   if (StepOf(dir->rec.ino) == 0) return;
   for (const auto& [name, dent] : dir->children) {
-    Inode* child = Find(dent.ino);
+    Inode* child = inodes_.Find(dent.ino);
     if (!child || !child->is_dir()) continue;
     if (steps_.erase(child->rec.ino)) {
       step_runtime_.erase(child->rec.ino);
@@ -174,7 +174,7 @@ void FileSystem::RecordPendingCommitLocked(uint64_t step_ino) {
   if (rt.direct) bits |= kPendingCommitDirect;
   StepRecord& rec = it->second;
   if (rec.pending_commit == bits && rec.session == rt.session) return;
-  Inode* dir = Find(step_ino);
+  Inode* dir = inodes_.Find(step_ino);
   if (!dir || UnflushedWritersUnder(dir) > 0) return;  // the last close records it
   rec.pending_commit = bits;
   rec.session = rt.session;
@@ -216,7 +216,7 @@ void FileSystem::NoteTriggerFileLocked(Inode* file, uint64_t session) {
     return;
   }
   if (std::find(kRunIndexFiles.begin(), kRunIndexFiles.end(), file->name) == kRunIndexFiles.end()) return;
-  Inode* run = Find(parent);
+  Inode* run = inodes_.Find(parent);
   if (run && HoldsStepLocked(*run) && request_index_) request_index_(file->rec.ino, session);
 }
 
@@ -226,7 +226,7 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
   uint64_t size = 0;
   {
     MutexLock lock(&mu_);
-    Inode* file = Find(file_ino);
+    Inode* file = inodes_.Find(file_ino);
     if (!file || !file->is_reg() || file->rec.nlink == 0) return Status::Ok();
     size = file->rec.size;
   }
@@ -239,9 +239,9 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
   text.resize(*n);
 
   MutexLock lock(&mu_);
-  Inode* file = Find(file_ino);
+  Inode* file = inodes_.Find(file_ino);
   if (!file || file->rec.nlink == 0) return Status::Ok();
-  Inode* run = Find(file->rec.parent);
+  Inode* run = inodes_.Find(file->rec.parent);
   if (!run || !run->is_dir()) return Status::Ok();
   // Tokens: whitespace-separated, quotes and a directory part dropped, so
   // TensorFlow's `model_checkpoint_path: "/dir/ckpt-5"` names ckpt-5 too.
@@ -272,7 +272,7 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
 uint32_t FileSystem::OpenWritersUnder(Inode* dir) {
   uint32_t n = 0;
   for (const auto& [name, dent] : dir->children) {
-    Inode* child = Find(dent.ino);
+    Inode* child = inodes_.Find(dent.ino);
     if (!child) continue;
     n += child->open_writers;
     if (child->is_dir()) n += OpenWritersUnder(child);
@@ -283,7 +283,7 @@ uint32_t FileSystem::OpenWritersUnder(Inode* dir) {
 uint32_t FileSystem::UnflushedWritersUnder(Inode* dir) {
   uint32_t n = 0;
   for (const auto& [name, dent] : dir->children) {
-    Inode* child = Find(dent.ino);
+    Inode* child = inodes_.Find(dent.ino);
     if (!child) continue;
     n += child->unflushed_writers;
     if (child->is_dir()) n += UnflushedWritersUnder(child);
@@ -294,7 +294,7 @@ uint32_t FileSystem::UnflushedWritersUnder(Inode* dir) {
 void FileSystem::CollectFiles(Inode* dir, const std::string& prefix,
                               std::vector<std::pair<std::string, uint64_t>>* out) {
   for (const auto& [name, dent] : dir->children) {
-    Inode* child = Find(dent.ino);
+    Inode* child = inodes_.Find(dent.ino);
     if (!child) continue;
     const std::string rel = prefix.empty() ? name : prefix + "/" + name;
     if (child->is_reg()) out->emplace_back(rel, dent.ino);
@@ -315,7 +315,7 @@ void FileSystem::WaitUntilNotCommitting(MutexLock& lock, uint64_t dir_ino) {
 void FileSystem::EmitStepEvent(const char* event, uint64_t step_ino, const StepRecord& rec,
                                const std::string& detail) {
   nlohmann::json e = {{"event", event},
-                      {"path", PathOfLocked(step_ino)},
+                      {"path", inodes_.PathOf(step_ino)},
                       {"step", rec.step},
                       {"state", StepStateName(rec.state)}};
   if (rec.state == StepState::kCommitted) {
@@ -334,7 +334,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   StepRuntime& rt = step_runtime_[step_ino];
   if (!rt.commit_wanted) return Status::Error(EALREADY, "no commit requested");
   if (rt.committing) return Status::Error(EALREADY, "commit in progress");
-  Inode* dir = Find(step_ino);
+  Inode* dir = inodes_.Find(step_ino);
   if (!dir) return Status::Error(EALREADY, "step vanished");
   const uint32_t writers = OpenWritersUnder(dir);
   if (writers > 0) {
@@ -355,7 +355,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   rt.committing = true;
   CommitPlan plan;
   plan.step_ino = step_ino;
-  plan.step_path = PathOfLocked(step_ino);
+  plan.step_path = inodes_.PathOf(step_ino);
   plan.renamed = rt.renamed;
   plan.forced = rt.forced;
   plan.nested_only = !rt.direct;
@@ -365,7 +365,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   plan.settle_ns = options_.commit_settle_ns;
   std::vector<std::pair<std::string, uint64_t>> files;
   CollectFiles(dir, "", &files);
-  for (auto& [path, ino] : files) plan.files.push_back({std::move(path), ino, Find(ino)->rec.size});
+  for (auto& [path, ino] : files) plan.files.push_back({std::move(path), ino, inodes_.Find(ino)->rec.size});
   return plan;
 }
 
@@ -466,13 +466,13 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   // Inode numbers, not pointers: retention below may evict inodes.
   std::vector<uint64_t> sealed;
   for (const auto& file : plan.files) {
-    Inode* inode = Find(file.ino);
+    Inode* inode = inodes_.Find(file.ino);
     if (!inode || inode->rec.nlink == 0) continue;
     rec.bytes += inode->rec.size;
     rec.files++;
     if (!inode->rec.sealed) {
       inode->rec.sealed = true;
-      PutInode(*inode, &batch);
+      InodeTable::Put(*inode, &batch);
       sealed.push_back(file.ino);
     }
     // Uploads of everything not yet uploaded where it is now, in the
@@ -491,9 +491,9 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   const StepRecord before = it->second;
   it->second = rec;
   rt.committing = false;
-  const std::string path = PathOfLocked(plan.step_ino);
+  const std::string path = inodes_.PathOf(plan.step_ino);
   const size_t before_retention = batch.size();
-  if (Inode* step_dir = Find(plan.step_ino)) ApplyRetentionLocked(step_dir->rec.parent, &batch);
+  if (Inode* step_dir = inodes_.Find(plan.step_ino)) ApplyRetentionLocked(step_dir->rec.parent, &batch);
   // The one synced batch: before it the step is not committed, after it it is.
   Status st = Apply(batch, /*sync=*/true, /*keep_on_failure=*/false);
   // Steps the retention took out of the image are not put back: only a
@@ -509,13 +509,13 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   step_cv_.notify_all();
   if (!st.ok()) {
     for (uint64_t ino : sealed) {
-      if (Inode* inode = Find(ino)) inode->rec.sealed = false;
+      if (Inode* inode = inodes_.Find(ino)) inode->rec.sealed = false;
     }
     if (auto again = steps_.find(plan.step_ino); again != steps_.end()) again->second = before;
     return st;
   }
   for (uint64_t ino : sealed) {
-    if (Inode* inode = Find(ino)) inode->dirty = false;
+    if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
   }
   metrics_.commits++;
   metrics_.commit_seconds.Observe(static_cast<double>(clock_->MonotonicNanos() - plan.began_ns) / 1e9);
@@ -534,7 +534,7 @@ void FileSystem::RequestIdleCommits() {
     StepRuntime& rt = step_runtime_[ino];
     if (rt.commit_wanted || rt.committing) continue;
     if (now - rt.last_activity < options_.commit_idle_ns) continue;
-    Inode* dir = Find(ino);
+    Inode* dir = inodes_.Find(ino);
     if (!dir || OpenWritersUnder(dir) > 0) continue;
     RequestCommitLocked(ino, CommitTrigger::kIdle);
   }
@@ -605,7 +605,7 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
 std::vector<StepSummary> FileSystem::Steps() {
   MutexLock lock(&mu_);
   std::vector<StepSummary> out;
-  for (const auto& [ino, rec] : steps_) out.push_back(StepSummary{ino, PathOfLocked(ino), rec});
+  for (const auto& [ino, rec] : steps_) out.push_back(StepSummary{ino, inodes_.PathOf(ino), rec});
   std::sort(out.begin(), out.end(), [](const StepSummary& a, const StepSummary& b) {
     return a.path < b.path;
   });

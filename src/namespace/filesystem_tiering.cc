@@ -60,8 +60,8 @@ Status FileSystem::CheckNotReserved(uint64_t parent, const std::string& name) co
   // one directly in a run directory (uploaded as a run-level file) would
   // look like the commit object of a step named like the run.
   if (!options_.remote || name != kCommitObjectName) return Status::Ok();
-  auto dir = inodes_.find(parent);
-  if (steps_.count(parent) || (dir != inodes_.end() && HoldsStepLocked(*dir->second))) {
+  Inode* dir = inodes_.Find(parent);
+  if (steps_.count(parent) || (dir && HoldsStepLocked(*dir))) {
     return Status::Error(EPERM, std::string(kCommitObjectName) +
                                     " is reserved in steps and run directories for ckptfs's commit object in the remote");
   }
@@ -90,7 +90,7 @@ FileSystem::RunFileWait FileSystem::RunFileWaitLocked(const Inode& file) {
   // now and may be the one it names. Changed since: a step that was already
   // incomplete or broken then is not what the trainer just saved.
   const bool before_start = wait.mtime_ns <= TimespecToNanos(start_time_);
-  if (Inode* run = Find(file.rec.parent)) {
+  if (Inode* run = inodes_.Find(file.rec.parent)) {
     for (const auto& [name, dent] : run->children) {
       auto it = steps_.find(dent.ino);
       if (it == steps_.end()) continue;
@@ -117,7 +117,7 @@ bool FileSystem::RunFileReadyLocked(Inode* inode) {
                              [&](uint64_t step) {
                                mu_.AssertHeld();  // runs inside this call, under the lock
                                auto rec = steps_.find(step);
-                               Inode* dir = Find(step);
+                               Inode* dir = inodes_.Find(step);
                                return rec == steps_.end() || !dir || dir->rec.parent != inode->rec.parent ||
                                       !NotPersisted(rec->second);
                              }),
@@ -128,16 +128,16 @@ bool FileSystem::RunFileReadyLocked(Inode* inode) {
 std::set<std::string> FileSystem::RunsWithReadyRunFilesLocked() {
   std::set<std::string> out;
   for (const auto& [ino, rec] : uploads_) {
-    Inode* inode = Find(ino);
+    Inode* inode = inodes_.Find(ino);
     if (!inode || !IsRunFileLocked(*inode)) continue;
-    if (RunFileReadyLocked(inode)) out.insert(PathOfLocked(inode->rec.parent));
+    if (RunFileReadyLocked(inode)) out.insert(inodes_.PathOf(inode->rec.parent));
   }
   return out;
 }
 
 bool FileSystem::RunFileWillReplaceLocked(const std::string& key) {
   const uint64_t ino = ResolveRelative(kRootIno, key);
-  Inode* inode = ino ? Find(ino) : nullptr;
+  Inode* inode = ino ? inodes_.Find(ino) : nullptr;
   // Closed or not: a run-level file that is not up to date at its path is
   // queued at its close or by the next QueueRunFileUploads.
   return inode && IsRunFileLocked(*inode) && !ObjectIsCurrent(*inode, key);
@@ -157,7 +157,7 @@ void FileSystem::LoadTierState(Status* decode_error) {
       *decode_error = ino.ok() ? rec.status() : ino.status();
       return false;
     }
-    if (Inode* inode = Find(*ino)) {
+    if (Inode* inode = inodes_.Find(*ino)) {
       object_keys_[rec->key] = *ino;
       inode->object = std::move(rec).value();
     }
@@ -243,11 +243,11 @@ std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnder(In
     todo.pop_back();
     auto it = steps_.find(d->rec.ino);
     if (it != steps_.end()) {
-      if (it->second.state == StepState::kCommitted) out.emplace_back(d->rec.ino, PathOfLocked(d->rec.ino));
+      if (it->second.state == StepState::kCommitted) out.emplace_back(d->rec.ino, inodes_.PathOf(d->rec.ino));
       continue;  // no steps inside steps
     }
     for (const auto& [name, dent] : d->children) {
-      Inode* child = Find(dent.ino);
+      Inode* child = inodes_.Find(dent.ino);
       if (child && child->is_dir()) todo.push_back(child);
     }
   }
@@ -257,13 +257,13 @@ std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnder(In
 void FileSystem::NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std::string>>& moved,
                                       ManifestBatch* batch) {
   for (const auto& [step_ino, old_path] : moved) {
-    if (PathOfLocked(step_ino) == old_path) continue;
+    if (inodes_.PathOf(step_ino) == old_path) continue;
     UnpersistStepLocked(step_ino, old_path, batch);
     // Objects sit at natural keys: the files go up again under the new
     // path; their old objects are deleted once the new ones exist.
     std::vector<std::pair<std::string, uint64_t>> files;
-    if (Inode* dir = Find(step_ino)) CollectFiles(dir, "", &files);
-    for (const auto& [rel, ino] : files) QueueUploadLocked(Find(ino), batch);
+    if (Inode* dir = inodes_.Find(step_ino)) CollectFiles(dir, "", &files);
+    for (const auto& [rel, ino] : files) QueueUploadLocked(inodes_.Find(ino), batch);
   }
 }
 
@@ -273,7 +273,7 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
   ManifestBatch drop;
   for (auto it = uploads_.begin(); it != uploads_.end() && out.size() < max;) {
     const uint64_t ino = it->first;
-    Inode* inode = Find(ino);
+    Inode* inode = inodes_.Find(ino);
     const bool in_step = inode && StepOf(inode->rec.parent) != 0;
     const bool run_file = inode && !in_step && IsRunFileLocked(*inode);
     if (!inode || inode->rec.nlink == 0 || !inode->is_reg() || (!in_step && !run_file)) {
@@ -289,7 +289,7 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
     }
     UploadJob job;
     job.ino = ino;
-    job.key = PathOfLocked(ino);
+    job.key = inodes_.PathOf(ino);
     job.size = inode->rec.size;
     job.mtime_ns = VersionMtime(*inode);
     job.resident = !inode->object || inode->object->resident;
@@ -341,13 +341,13 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
     claimed_keys_.erase(it);
   }
   ManifestBatch batch;
-  Inode* inode = Find(job.ino);
+  Inode* inode = inodes_.Find(job.ino);
   if (!inode || inode->rec.nlink == 0 || !inode->is_reg()) {
     // Deleted while it was uploading: the object is garbage already.
     QueueRemoteDeleteLocked(job.key, false, &batch);
     return Apply(batch, false);
   }
-  const std::string path = PathOfLocked(job.ino);
+  const std::string path = inodes_.PathOf(job.ino);
   if (path != job.key || !SameVersion(*inode, job.size, job.mtime_ns)) {
     // Written or moved meanwhile: the file stays queued; an object left at
     // an old path is nobody's.
@@ -391,7 +391,7 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
 
 void FileSystem::CollectTree(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete) {
   for (const auto& [name, dent] : dir->children) {
-    Inode* child = Find(dent.ino);
+    Inode* child = inodes_.Find(dent.ino);
     if (!child) continue;
     const std::string rel = prefix.empty() ? name : prefix + "/" + name;
     if (child->is_dir()) {
@@ -434,10 +434,10 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
   if (!options_.remote) return out;
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || rec.persisted) continue;
-    Inode* dir = Find(ino);
+    Inode* dir = inodes_.Find(ino);
     if (!dir) continue;
     CommitObject obj;
-    obj.step_path = PathOfLocked(ino);
+    obj.step_path = inodes_.PathOf(ino);
     obj.step = rec.step;
     obj.committed_at = rec.committed_at;
     obj.dir_mtime_ns = TimespecToNanos(dir->rec.mtime);
@@ -458,7 +458,7 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
   ManifestBatch batch;
   auto it = steps_.find(job.step_ino);
   if (it == steps_.end() || it->second.state != StepState::kCommitted ||
-      CommitObjectKey(PathOfLocked(job.step_ino)) != job.key) {
+      CommitObjectKey(inodes_.PathOf(job.step_ino)) != job.key) {
     // Removed, renamed or being deleted while the object was written: it
     // must not make a step look complete.
     QueueRemoteDeleteLocked(job.key, true, &batch);
@@ -472,7 +472,7 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
   if (tier_ && !run_file_waits_.empty()) tier_->UploadsQueued();
   // The newest persisted step may have been all that kept an older one
   // (SPEC section 5's safety rule): retention looks again, in this batch.
-  if (Inode* dir = Find(job.step_ino)) ApplyRetentionLocked(dir->rec.parent, &batch);
+  if (Inode* dir = inodes_.Find(job.step_ino)) ApplyRetentionLocked(dir->rec.parent, &batch);
   return Apply(batch, false);
 }
 
@@ -542,9 +542,9 @@ std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidatesLocked(
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || !rec.persisted) continue;
     std::vector<std::pair<std::string, uint64_t>> files;
-    if (Inode* dir = Find(ino)) CollectFiles(dir, "", &files);
+    if (Inode* dir = inodes_.Find(ino)) CollectFiles(dir, "", &files);
     for (const auto& [rel, file_ino] : files) {
-      Inode* f = Find(file_ino);
+      Inode* f = inodes_.Find(file_ino);
       if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) continue;
       if (!SameVersion(*f, f->object->size, f->object->mtime_ns)) continue;
       out.push_back({file_ino, f->last_access_ns, f->object->resident ? f->rec.size : 0});
@@ -559,7 +559,7 @@ std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidatesLocked(
 Status FileSystem::Evict(uint64_t ino) {
   {
     MutexLock lock(&mu_);
-    Inode* f = Find(ino);
+    Inode* f = inodes_.Find(ino);
     if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) {
       return Status::Error(EBUSY, "no longer evictable");
     }
@@ -580,7 +580,7 @@ Status FileSystem::Evict(uint64_t ino) {
   }
   Status st = data_->Remove(ino);
   MutexLock lock(&mu_);
-  if (Inode* f = Find(ino)) f->evicting = false;
+  if (Inode* f = inodes_.Find(ino)) f->evicting = false;
   step_cv_.notify_all();
   return st;
 }
@@ -588,7 +588,7 @@ Status FileSystem::Evict(uint64_t ino) {
 Status FileSystem::MarkResident(uint64_t ino, BackingFile* file) {
   CKPTFS_RETURN_IF_ERROR(file->Sync());
   MutexLock lock(&mu_);
-  Inode* f = Find(ino);
+  Inode* f = inodes_.Find(ino);
   if (!f || !f->object || f->object->resident || f->evicting) return Status::Ok();
   ObjectRecord rec = *f->object;
   rec.resident = true;
@@ -601,7 +601,7 @@ Status FileSystem::MarkResident(uint64_t ino, BackingFile* file) {
 
 std::optional<ObjectRecord> FileSystem::ObjectRecordFor(uint64_t ino, const std::string& key) {
   MutexLock lock(&mu_);
-  Inode* f = Find(ino);
+  Inode* f = inodes_.Find(ino);
   if (!f || !f->object || f->object->key != key) return std::nullopt;
   return *f->object;
 }
@@ -634,7 +634,7 @@ std::set<std::string> FileSystem::StepPathsBeingDeleted() {
 Status FileSystem::ImportStep(const CommitObject& obj) {
   MutexLock lock(&mu_);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-  Inode* root = Find(kRootIno);
+  Inode* root = inodes_.Find(kRootIno);
   const Caller owner{root->rec.uid, root->rec.gid};
   // Split the step path; every component must be a valid name.
   std::vector<std::string> parts;
@@ -675,7 +675,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   for (size_t i = 0; i + 1 < parts.size(); i++) {
     auto it = dir->children.find(parts[i]);
     if (it != dir->children.end()) {
-      Inode* child = Find(it->second.ino);
+      Inode* child = inodes_.Find(it->second.ino);
       if (!child || !child->is_dir()) return Status::Error(EEXIST, parts[i] + " is not a directory here");
       if (steps_.count(child->rec.ino)) return Status::Error(EINVAL, "inside a step here");
       dir = child;
@@ -683,16 +683,16 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     }
     auto made = NewInode(owner, dir->rec.ino, parts[i], S_IFDIR | 0755, &batch);
     if (!made.ok()) return made.status();
-    AddChild(dir, parts[i], *made, &batch);
-    PutInode(*dir, &batch);
+    inodes_.AddChild(dir, parts[i], *made, clock_->Now(), &batch);
+    InodeTable::Put(*dir, &batch);
     dir = *made;
   }
   const std::string& name = parts.back();
   if (dir->children.count(name)) return Status::Error(EEXIST, obj.step_path + " exists");
   auto step_dir = NewInode(owner, dir->rec.ino, name, S_IFDIR | 0755, &batch);
   if (!step_dir.ok()) return step_dir.status();
-  AddChild(dir, name, *step_dir, &batch);
-  PutInode(*dir, &batch);
+  inodes_.AddChild(dir, name, *step_dir, clock_->Now(), &batch);
+  InodeTable::Put(*dir, &batch);
   const uint64_t step_ino = (*step_dir)->rec.ino;
   // Directories first (parents before children), then files and symlinks.
   auto parent_of = [&](const std::string& rel, std::string* leaf) -> Result<Inode*> {
@@ -708,12 +708,12 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
       if (end == std::string::npos) end = parent_path.size();
       const std::string part = parent_path.substr(start, end - start);
       auto it = at->children.find(part);
-      Inode* next = it == at->children.end() ? nullptr : Find(it->second.ino);
+      Inode* next = it == at->children.end() ? nullptr : inodes_.Find(it->second.ino);
       if (!next) {
         auto made = NewInode(owner, at->rec.ino, part, S_IFDIR | 0755, &batch);
         if (!made.ok()) return made.status();
-        AddChild(at, part, *made, &batch);
-        PutInode(*at, &batch);
+        inodes_.AddChild(at, part, *made, clock_->Now(), &batch);
+        InodeTable::Put(*at, &batch);
         next = *made;
       } else if (!next->is_dir()) {
         return Status::Error(EIO, "commit object of " + obj.step_path + ": " + part + " is a file and a directory");
@@ -745,8 +745,8 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     inode->rec.mtime.tv_nsec = static_cast<long>(f.mtime_ns % 1'000'000'000);
     inode->rec.ctime = committed;
     inode->backing_unsynced = false;
-    PutInode(*inode, &batch);
-    AddChild(*parent, leaf, inode, &batch);
+    InodeTable::Put(*inode, &batch);
+    inodes_.AddChild(*parent, leaf, inode, clock_->Now(), &batch);
     ObjectRecord rec;
     rec.key = obj.step_path + "/" + f.path;
     rec.size = f.size;
@@ -770,8 +770,8 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     if (!link.ok()) return (link.status());
     (*link)->rec.symlink_target = s.target;
     (*link)->rec.sealed = true;
-    PutInode(**link, &batch);
-    AddChild(*parent, leaf, *link, &batch);
+    InodeTable::Put(**link, &batch);
+    inodes_.AddChild(*parent, leaf, *link, clock_->Now(), &batch);
   }
   // Directories keep the step directory's mtime from the writing machine
   // (or the commit time for older objects), not the import's: a trainer that
@@ -788,9 +788,9 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     Inode* d = imported_dirs[i];
     d->rec.mtime = dir_time;
     d->rec.ctime = committed;
-    PutInode(*d, &batch);
+    InodeTable::Put(*d, &batch);
     for (const auto& [child_name, dent] : d->children) {
-      if (Inode* child = Find(dent.ino); child && child->is_dir()) imported_dirs.push_back(child);
+      if (Inode* child = inodes_.Find(dent.ino); child && child->is_dir()) imported_dirs.push_back(child);
     }
   }
   StepRecord rec;
@@ -817,16 +817,16 @@ void FileSystem::QueueRunFileUploads() {
   // is not one: its files are the step's.
   run_dirs_.clear();
   for (const auto& [ino, rec] : steps_) {
-    Inode* step = Find(ino);
+    Inode* step = inodes_.Find(ino);
     if (step && step->rec.parent != 0 && StepOf(step->rec.parent) == 0) run_dirs_.insert(step->rec.parent);
   }
   ManifestBatch batch;
   for (uint64_t run : run_dirs_) {
-    Inode* dir = Find(run);
+    Inode* dir = inodes_.Find(run);
     if (!dir) continue;
-    const std::string base = PathOfLocked(run);
+    const std::string base = inodes_.PathOf(run);
     for (const auto& [name, dent] : dir->children) {
-      Inode* file = Find(dent.ino);
+      Inode* file = inodes_.Find(dent.ino);
       // Open for writing: its last close queues it.
       if (!file || !IsRunFileLocked(*file) || file->open_writers > 0 || uploads_.count(dent.ino)) continue;
       if (!ObjectIsCurrent(*file, ChildKey(base, name))) QueueUploadLocked(file, &batch);
@@ -838,7 +838,7 @@ void FileSystem::QueueRunFileUploads() {
 Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objects) {
   MutexLock lock(&mu_);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
-  Inode* root = Find(kRootIno);
+  Inode* root = inodes_.Find(kRootIno);
   const Caller owner{root->rec.uid, root->rec.gid};
   ManifestBatch batch;
   size_t imported = 0;
@@ -848,7 +848,7 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
     const std::string name = dir_path.empty() ? obj.key : obj.key.substr(dir_path.size() + 1);
     if (!CheckName(name).ok() || IsCkptfsName(name)) continue;
     const uint64_t dir_ino = dir_path.empty() ? kRootIno : ResolveRelative(kRootIno, dir_path);
-    Inode* dir = dir_ino ? Find(dir_ino) : nullptr;
+    Inode* dir = dir_ino ? inodes_.Find(dir_ino) : nullptr;
     if (!dir || !HoldsStepLocked(*dir) || StepOf(dir_ino) != 0) continue;
     if (dir->children.count(name)) continue;   // local wins
     if (object_keys_.count(obj.key)) continue;  // a live file's object (the file moved)
@@ -865,8 +865,8 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
     }
     Inode* file = *made;
     file->rec.size = obj.size;
-    PutInode(*file, &batch);
-    AddChild(dir, name, file, &batch);
+    InodeTable::Put(*file, &batch);
+    inodes_.AddChild(dir, name, file, clock_->Now(), &batch);
     ObjectRecord rec;
     rec.key = obj.key;
     rec.size = obj.size;
@@ -891,12 +891,12 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
 Status FileSystem::MakeLocalForWriteLocked(MutexLock& lock, uint64_t ino) NO_THREAD_SAFETY_ANALYSIS {
   // A few rounds at most: each fetches the object the file has then.
   for (int round = 0; round < 3; round++) {
-    Inode* inode = Find(ino);
+    Inode* inode = inodes_.Find(ino);
     if (!inode || !inode->is_reg() || inode->rec.sealed || !inode->object || inode->object->resident) {
       return Status::Ok();
     }
     TierHooks* const tier = tier_;
-    if (!tier) return Status::Error(EIO, PathOfLocked(ino) + ": its data is only in the remote (mount with --remote)");
+    if (!tier) return Status::Error(EIO, inodes_.PathOf(ino) + ": its data is only in the remote (mount with --remote)");
     const std::string key = inode->object->key;
     const uint64_t size = inode->rec.size;
     lock.Unlock();
@@ -920,10 +920,10 @@ Status FileSystem::MakeLocalForWriteLocked(MutexLock& lock, uint64_t ino) NO_THR
 FileSystem::UploadProgress FileSystem::ProgressLocked(uint64_t step_ino) {
   UploadProgress p;
   std::vector<std::pair<std::string, uint64_t>> files;
-  if (Inode* dir = Find(step_ino)) CollectFiles(dir, "", &files);
-  const std::string base = PathOfLocked(step_ino);
+  if (Inode* dir = inodes_.Find(step_ino)) CollectFiles(dir, "", &files);
+  const std::string base = inodes_.PathOf(step_ino);
   for (const auto& [rel, ino] : files) {
-    Inode* f = Find(ino);
+    Inode* f = inodes_.Find(ino);
     if (!f) continue;
     p.files_total++;
     p.bytes_total += f->rec.size;

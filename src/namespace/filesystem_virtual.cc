@@ -60,11 +60,11 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
   } else if ((ino & kLatestBit) && !(ino & kVirtualBit)) {
     const uint64_t step = VirtualLatestOf(ino & ~kLatestBit);
     if (step == 0) return Status::Error(ENOENT, "no committed step");
-    Inode* target = Find(step);
+    Inode* target = inodes_.Find(step);
     st.st_mode = S_IFLNK | 0444;
     // Owned as its run directory is, so `chown -R` of the run leaves no
     // root-owned entry behind (the link itself cannot be changed).
-    if (Inode* run = Find(ino & ~kLatestBit)) {
+    if (Inode* run = inodes_.Find(ino & ~kLatestBit)) {
       st.st_uid = run->rec.uid;
       st.st_gid = run->rec.gid;
     }
@@ -78,9 +78,9 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
 
 std::pair<uint64_t, uint64_t> FileSystem::CurrentSize(uint64_t step_ino) {
   std::vector<std::pair<std::string, uint64_t>> files;
-  if (Inode* dir = Find(step_ino)) CollectFiles(dir, "", &files);
+  if (Inode* dir = inodes_.Find(step_ino)) CollectFiles(dir, "", &files);
   uint64_t bytes = 0;
-  for (const auto& f : files) bytes += Find(f.second)->rec.size;
+  for (const auto& f : files) bytes += inodes_.Find(f.second)->rec.size;
   return {bytes, files.size()};
 }
 
@@ -90,10 +90,10 @@ bool FileSystem::SeesEverything(const Caller* who) const {
 
 bool FileSystem::MayLookUpLocked(uint64_t ino, const Caller& who) {
   const Credentials cred{who.uid, who.gid, who.groups};
-  Inode* inode = Find(ino);
+  Inode* inode = inodes_.Find(ino);
   if (!inode) return false;
   for (uint64_t dir = inode->rec.parent; ; ) {
-    Inode* d = Find(dir);
+    Inode* d = inodes_.Find(dir);
     if (!d || !MayAccess(d->rec, cred, X_OK)) return false;
     if (dir == kRootIno) return true;
     dir = d->rec.parent;
@@ -102,7 +102,7 @@ bool FileSystem::MayLookUpLocked(uint64_t ino, const Caller& who) {
 
 bool FileSystem::MayLookUpPathLocked(const std::string& path, const Caller& who) {
   const Credentials cred{who.uid, who.gid, who.groups};
-  Inode* dir = Find(kRootIno);
+  Inode* dir = inodes_.Find(kRootIno);
   size_t start = 0;
   for (;;) {
     if (!dir || !dir->is_dir() || !MayAccess(dir->rec, cred, X_OK)) return false;
@@ -110,7 +110,7 @@ bool FileSystem::MayLookUpPathLocked(const std::string& path, const Caller& who)
     if (slash == std::string::npos) return true;  // the last name: may be gone
     auto child = dir->children.find(path.substr(start, slash - start));
     if (child == dir->children.end()) return false;  // cannot tell: hide it
-    dir = Find(child->second.ino);
+    dir = inodes_.Find(child->second.ino);
     start = slash + 1;
   }
 }
@@ -145,7 +145,7 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
   for (const auto& [step_ino, rec] : steps_) {
     // Steps inside directories the caller may not search stay unknown to it.
     if (!everything && !MayLookUpLocked(step_ino, *who)) continue;
-    StatusStep s{PathOfLocked(step_ino), rec};
+    StatusStep s{inodes_.PathOf(step_ino), rec};
     if (rec.state != StepState::kCommitted) {
       // Not frozen yet: what is there now, as the step's xattrs show it.
       std::tie(s.rec.bytes, s.rec.files) = CurrentSize(step_ino);

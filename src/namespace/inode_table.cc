@@ -1,0 +1,86 @@
+#include "namespace/inode_table.h"
+
+#include <algorithm>
+
+#include "manifest/schema.h"
+
+namespace ckptfs {
+
+Inode* InodeTable::Find(uint64_t ino) const {
+  auto it = inodes_.find(ino);
+  return it == inodes_.end() ? nullptr : it->second.get();
+}
+
+Result<Inode*> InodeTable::FindDir(uint64_t ino) const {
+  Inode* inode = Find(ino);
+  if (!inode) return Status::Error(ENOENT, "no inode " + std::to_string(ino));
+  if (!inode->is_dir()) return Status::Error(ENOTDIR, "not a directory");
+  return inode;
+}
+
+std::string InodeTable::PathOf(uint64_t ino) const {
+  std::string path;
+  // The depth bound only guards against a damaged parent chain.
+  for (int depth = 0; ino != kRootIno && ino != 0 && depth < 4096; ++depth) {
+    Inode* inode = Find(ino);
+    if (!inode) break;
+    path = path.empty() ? inode->name : inode->name + "/" + path;
+    ino = inode->rec.parent;
+  }
+  return path;
+}
+
+Inode* InodeTable::Allocate() {
+  auto inode = std::make_unique<Inode>();
+  inode->rec.ino = next_ino_++;
+  return Insert(std::move(inode));
+}
+
+Inode* InodeTable::Insert(std::unique_ptr<Inode> inode) {
+  Inode* raw = inode.get();
+  ReserveThrough(raw->rec.ino);
+  inodes_[raw->rec.ino] = std::move(inode);
+  return raw;
+}
+
+void InodeTable::ReserveThrough(uint64_t ino) { next_ino_ = std::max(next_ino_, ino + 1); }
+
+void InodeTable::ForgetIfUnused(uint64_t ino) {
+  Inode* inode = Find(ino);
+  if (inode && inode->rec.nlink == 0 && inode->open_handles == 0 && inode->lookups == 0 &&
+      ino != kRootIno) {
+    inodes_.erase(ino);
+  }
+}
+
+void InodeTable::AddChild(Inode* dir, const std::string& name, Inode* child, const timespec& now,
+                          ManifestBatch* batch) {
+  DentryRecord d{child->rec.ino, dir->rec.next_cookie++};
+  dir->children[name] = d;
+  dir->by_cookie[d.cookie] = name;
+  batch->Put(KeySpace::kDentries, DentryKey(dir->rec.ino, name), EncodeDentry(d));
+  if (child->is_dir()) dir->rec.nlink++;
+  child->rec.parent = dir->rec.ino;
+  child->name = name;
+  dir->rec.mtime = dir->rec.ctime = now;
+  Put(*dir, batch);
+}
+
+void InodeTable::RemoveChild(Inode* dir, const std::string& name, const timespec& now,
+                             ManifestBatch* batch) {
+  auto it = dir->children.find(name);
+  if (it == dir->children.end()) return;
+  Inode* child = Find(it->second.ino);
+  dir->by_cookie.erase(it->second.cookie);
+  dir->children.erase(it);
+  batch->Delete(KeySpace::kDentries, DentryKey(dir->rec.ino, name));
+  if (child && child->is_dir() && dir->rec.nlink > 2) dir->rec.nlink--;
+  dir->rec.mtime = dir->rec.ctime = now;
+  Put(*dir, batch);
+}
+
+void InodeTable::Put(const Inode& inode, ManifestBatch* batch) {
+  batch->Put(KeySpace::kInodes, InoKey(inode.rec.ino), EncodeInode(inode.rec));
+}
+
+}  // namespace ckptfs

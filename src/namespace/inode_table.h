@@ -1,0 +1,63 @@
+// InodeTable: the owner of the in-memory inodes, their names and links. It
+// hands out inode numbers, keeps directories' entries (name -> inode, and
+// cookie -> name for readdir order) and each inode's parent and name, and
+// writes every change it makes into the caller's manifest batch, so one
+// namespace operation stays one batch.
+//
+// Not thread-safe by itself: FileSystem holds it GUARDED_BY its one mutex
+// (as LevelDB's DBImpl holds its VersionSet), and the compiler checks that
+// every call is made with that mutex held.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "common/status.h"
+#include "manifest/manifest_store.h"
+#include "namespace/inode.h"
+
+namespace ckptfs {
+
+class InodeTable {
+ public:
+  using Map = std::unordered_map<uint64_t, std::unique_ptr<Inode>>;
+
+  Inode* Find(uint64_t ino) const;
+  // ENOENT when there is no such inode, ENOTDIR when it is no directory.
+  Result<Inode*> FindDir(uint64_t ino) const;
+  // ino's path relative to the root ("" for the root).
+  std::string PathOf(uint64_t ino) const;
+  size_t size() const { return inodes_.size(); }
+  Map::const_iterator begin() const { return inodes_.begin(); }
+  Map::const_iterator end() const { return inodes_.end(); }
+
+  // A new inode with the next free number (the caller fills in the rest).
+  Inode* Allocate();
+  // An inode loaded from the manifest (or the root, created once).
+  Inode* Insert(std::unique_ptr<Inode> inode);
+  // Numbers up to ino are taken (by backing files or queued garbage found
+  // at recovery): Allocate never hands them out.
+  void ReserveThrough(uint64_t ino);
+  void Erase(uint64_t ino) { inodes_.erase(ino); }
+  // Drops ino from memory once nothing refers to it any more: no link, no
+  // open handle, no kernel lookup (the root stays).
+  void ForgetIfUnused(uint64_t ino);
+
+  // Links child into dir as name (dir's mtime and ctime set to now).
+  void AddChild(Inode* dir, const std::string& name, Inode* child, const timespec& now,
+                ManifestBatch* batch);
+  // Removes dir's entry name (the child itself is the caller's).
+  void RemoveChild(Inode* dir, const std::string& name, const timespec& now, ManifestBatch* batch);
+  // Records the inode's current record in the batch.
+  static void Put(const Inode& inode, ManifestBatch* batch);
+
+ private:
+  Map inodes_;
+  uint64_t next_ino_ = 2;  // 1 is the root
+};
+
+}  // namespace ckptfs
