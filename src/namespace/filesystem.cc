@@ -109,8 +109,8 @@ Status FileSystem::CheckName(const std::string& name) const {
 
 Status FileSystem::CheckWritableDir(Inode* dir) const {
   CKPTFS_RETURN_IF_ERROR(const_cast<FileSystem*>(this)->CheckHealthy());
-  uint64_t step = const_cast<FileSystem*>(this)->StepOf(dir->rec.ino);
-  if (step != 0 && IsSealedStep(step)) {
+  const uint64_t step = steps_.StepOf(inodes_, dir->rec.ino);
+  if (step != 0 && steps_.IsSealed(step)) {
     return Status::Error(EROFS, "step is committed or being deleted; its contents are read-only");
   }
   return Status::Ok();
@@ -166,10 +166,7 @@ void FileSystem::DropLink(Inode* inode, ManifestBatch* batch) {
                                      step->second.state == StepState::kDeleting)) {
     UnpersistStepLocked(ino, inodes_.PathOf(ino), batch);
   }
-  if (steps_.erase(ino)) {
-    batch->Delete(KeySpace::kSteps, InoKey(ino));
-    step_runtime_.erase(ino);
-  }
+  steps_.Remove(ino, batch);
   if (inode->open_handles > 0) {
     // An orphan: the data stays readable through its handles; Release
     // deletes it, and recovery deletes it if the daemon dies first.

@@ -51,6 +51,7 @@
 #include "namespace/inode_table.h"
 #include "namespace/commit_port.h"
 #include "namespace/manifest_journal.h"
+#include "namespace/step_book.h"
 #include "namespace/tier_port.h"
 #include "namespace/tier_hooks.h"
 #include "retention/retention_planner.h"
@@ -420,24 +421,6 @@ class FileSystem : public CommitPort, public TierPort {
   FileSystem(FileSystemOptions options, StepPattern pattern, std::unique_ptr<ManifestStore> manifest,
              std::unique_ptr<DataStore> data, const Clock* clock, EventLog* events);
 
-  struct StepRuntime {
-    bool commit_wanted = false;
-    int64_t wanted_since = 0;  // monotonic ns
-    bool committing = false;
-    int64_t last_activity = 0;  // monotonic ns
-    uint64_t outcome_gen = 0;   // bumped whenever a commit attempt ends
-    // The pending request's triggers (reset when it ends).
-    bool renamed = false;
-    bool forced = false;
-    bool direct = false;        // a trigger other than a subdirectory marker
-    bool settling = false;      // the last attempt waited for quiet
-    uint64_t session = 0;
-    // Recovery resumed this request (its trigger survived a crash): no
-    // writer is coming back, so an attempt that finds files missing makes
-    // the step incomplete instead of waiting.
-    bool recovered = false;
-  };
-  void EndCommitRequest(StepRuntime* rt);
 
   // Loading and recovery (filesystem_recovery.cc).
   Status Load() REQUIRES(mu_);
@@ -453,17 +436,11 @@ class FileSystem : public CommitPort, public TierPort {
   // Waits while the step is committing (see WaitUntilNotCommitting).
   Result<Inode*> PrepareNewEntry(MutexLock& lock, uint64_t parent,
                                  const std::string& name) REQUIRES(mu_);
-  // The step directory containing ino (itself included), or 0.
-  uint64_t StepOf(uint64_t ino) REQUIRES(mu_);
-  bool InsideStep(uint64_t dir_ino) REQUIRES(mu_) { return StepOf(dir_ino) != 0; }
-  // Committed or being deleted: no new contents.
-  bool IsSealedStep(uint64_t step_ino) const REQUIRES(mu_);
+  bool InsideStep(uint64_t dir_ino) REQUIRES(mu_) { return steps_.StepOf(inodes_, dir_ino) != 0; }
   // An unlink or rmdir below dir_ino: a finished step it belongs to becomes
   // `deleting` at once, so `latest` and retention stop counting a step that
   // `rm -rf` is taking apart file by file.
   void NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) REQUIRES(mu_);
-  // The newest committed step directly under run, or 0.
-  uint64_t LatestStepOf(uint64_t run_ino) REQUIRES(mu_);
   // The step the run's virtual `latest` link points at, or 0 when there is
   // no link: no committed step, a real entry named `latest` (the trainer's
   // own, e.g. DeepSpeed's), or the link turned off for this run.
@@ -666,8 +643,7 @@ class FileSystem : public CommitPort, public TierPort {
   mutable Mutex mu_;
   std::condition_variable step_cv_;  // commit outcomes; commit reservations ending
   InodeTable inodes_ GUARDED_BY(mu_);  // inodes, names, links
-  std::unordered_map<uint64_t, StepRecord> steps_ GUARDED_BY(mu_);
-  std::unordered_map<uint64_t, StepRuntime> step_runtime_ GUARDED_BY(mu_);
+  StepBook steps_ GUARDED_BY(mu_);     // steps, states, commit requests
   CommitRequester request_commit_;
   IndexRequester request_index_;
   SessionOfFn session_of_;

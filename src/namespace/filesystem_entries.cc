@@ -187,7 +187,7 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   ManifestBatch batch;
   if (steps_.count(child->rec.ino)) {
     events_->Append({{"event", "delete"}, {"path", inodes_.PathOf(child->rec.ino)},
-                     {"step", steps_[child->rec.ino].step}});
+                     {"step", steps_.Find(child->rec.ino)->step}});
   } else {
     NoteDeletionLocked(parent, &batch);
   }
@@ -268,9 +268,9 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 
   // Moving an entry across a committed step's boundary would change sealed
   // contents; a whole step directory may move.
-  const uint64_t src_step = StepOf(parent);
-  const uint64_t dst_step = StepOf(new_parent);
-  if ((src_step != 0 && IsSealedStep(src_step)) || (dst_step != 0 && IsSealedStep(dst_step))) {
+  const uint64_t src_step = steps_.StepOf(inodes_, parent);
+  const uint64_t dst_step = steps_.StepOf(inodes_, new_parent);
+  if ((src_step != 0 && steps_.IsSealed(src_step)) || (dst_step != 0 && steps_.IsSealed(dst_step))) {
     return Status::Error(EROFS, "step is committed or being deleted; its contents are read-only");
   }
   // A directory may not move below itself.

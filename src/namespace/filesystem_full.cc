@@ -87,7 +87,7 @@ uint64_t FileSystem::ResolveRelative(uint64_t dir_ino, const std::string& path) 
 
 bool FileSystem::ListsFullDir(Inode* dir) {
   if (!options_.show_full || HasRealChild(dir, kFullDirName)) return false;
-  const uint64_t step = StepOf(dir->rec.ino);
+  const uint64_t step = steps_.StepOf(inodes_, dir->rec.ino);
   auto it = steps_.find(step);
   if (it == steps_.end() || it->second.state != StepState::kCommitted) return false;
   if (auto cached = full_views_->Get(dir->rec.ino)) return !cached->ok() || **cached != nullptr;
@@ -105,7 +105,7 @@ Result<std::shared_ptr<const FullView>> FileSystem::ViewOf(uint64_t dir_ino) {
     // A step directory's name is no group name (step100.safetensors would
     // only repeat all.safetensors).
     if (!steps_.count(dir_ino)) dir_name = dir->name;
-    auto step = steps_.find(StepOf(dir_ino));
+    auto step = steps_.find(steps_.StepOf(inodes_, dir_ino));
     if (step == steps_.end() || step->second.state != StepState::kCommitted) {
       return Status::Error(ENOENT, "views exist in committed steps only");
     }
@@ -174,7 +174,7 @@ Result<Attr> FileSystem::GetAttrFull(uint64_t ino) {
     if (!dir) return Status::Error(ENOENT, "no such directory");
     st.st_uid = dir->rec.uid;
     st.st_gid = dir->rec.gid;
-    st.st_atim = st.st_mtim = st.st_ctim = steps_.at(StepOf(DirOf(ino))).committed_at;
+    st.st_atim = st.st_mtim = st.st_ctim = steps_.Find(steps_.StepOf(inodes_, DirOf(ino)))->committed_at;
   }
   st.st_ino = ino;
   st.st_blksize = 4096;

@@ -79,7 +79,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
   if (fh->writable) {
     inode->open_writers++;
     inode->unflushed_writers++;
-    fh->saving = StepOf(ino) != 0;
+    fh->saving = steps_.StepOf(inodes_, ino) != 0;
     if (fh->saving) {
       open_writers_total_++;
       last_save_activity_ns_ = clock_->MonotonicNanos();
@@ -116,7 +116,7 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   if (fh->writable) {
     (*inode)->open_writers++;
     (*inode)->unflushed_writers++;
-    fh->saving = StepOf(parent) != 0;
+    fh->saving = steps_.StepOf(inodes_, parent) != 0;
     if (fh->saving) {
       open_writers_total_++;
       last_save_activity_ns_ = clock_->MonotonicNanos();
@@ -220,7 +220,7 @@ void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestB
   // into place may come before it). The manifest learns of the commit
   // request here, so that a daemon killed before the RELEASE still finishes
   // the commit at restart; the RELEASE asks for the same commit.
-  const uint64_t step = StepOf(marker->rec.parent);
+  const uint64_t step = steps_.StepOf(inodes_, marker->rec.parent);
   auto it = steps_.find(step);
   if (it == steps_.end() || it->second.state != StepState::kWriting) return;
   Inode* dir = inodes_.Find(step);
@@ -231,7 +231,7 @@ void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestB
   if (bits == rec.pending_commit) return;
   rec.pending_commit = bits;
   if (pid != 0 && rec.session == 0) rec.session = session_of_ ? session_of_(pid) : pid;
-  batch->Put(KeySpace::kSteps, InoKey(step), EncodeStep(rec));
+  StepBook::Put(step, rec, batch);
 }
 
 Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {

@@ -51,7 +51,7 @@ std::string FileSystem::RenderMetricsLocked() {
   w.Family("ckptfs_inodes", "gauge", "Inodes held in memory (named, open or still known to the kernel).");
   w.Sample("ckptfs_inodes", static_cast<double>(inodes_.size()));
   w.Family("ckptfs_step_runtimes", "gauge", "Steps with in-memory commit bookkeeping (writing or settling).");
-  w.Sample("ckptfs_step_runtimes", static_cast<double>(step_runtime_.size()));
+  w.Sample("ckptfs_step_runtimes", static_cast<double>(steps_.runtimes().size()));
 
   // Cache bytes by state: data of persisted steps (evictable), everything
   // else written here (never evicted), and remote-only data (not cached).
@@ -62,7 +62,7 @@ std::string FileSystem::RenderMetricsLocked() {
       remote_only += inode->rec.size;
       continue;
     }
-    auto step = steps_.find(StepOf(ino));
+    auto step = steps_.find(steps_.StepOf(inodes_, ino));
     if (step != steps_.end() && step->second.persisted) {
       evictable += inode->rec.size;
     } else {

@@ -66,7 +66,7 @@ Status FileSystem::Load() {
       decode_error = ino.ok() ? rec.status() : ino.status();
       return false;
     }
-    if (inodes_.Find(*ino)) steps_[*ino] = std::move(rec).value();
+    if (inodes_.Find(*ino)) steps_.Load(*ino, std::move(rec).value());
     return true;
   }));
   if (decode_error.ok()) LoadTierState(&decode_error);
@@ -148,15 +148,15 @@ Status FileSystem::Recover() {
     }
     if (actual < inode->rec.size) {
       // Committed data must be there; if the disk lost it, say so loudly.
-      const uint64_t step = StepOf(ino);
+      const uint64_t step = steps_.StepOf(inodes_, ino);
       const std::string why = "committed file " + inodes_.PathOf(ino) + " lost data: " +
                               std::to_string(actual) + " of " + std::to_string(inode->rec.size) + " bytes";
       events_->Append({{"event", "error"}, {"path", inodes_.PathOf(ino)}, {"error", why}});
       if (step != 0) {
-        StepRecord& rec = steps_[step];
+        StepRecord& rec = *steps_.Find(step);
         rec.state = StepState::kBroken;
         rec.error = why;
-        batch.Put(KeySpace::kSteps, InoKey(step), EncodeStep(rec));
+        StepBook::Put(step, rec, &batch);
       }
     }
   }
@@ -164,7 +164,7 @@ Status FileSystem::Recover() {
   // Steps: writing ones were not committed before the stop, unless their
   // commit's trigger survived it.
   const int64_t mono = clock_->MonotonicNanos();
-  for (auto& [ino, rec] : steps_) step_runtime_[ino].last_activity = mono;
+  for (auto& [ino, rec] : steps_) steps_.Runtime(ino).last_activity = mono;
   for (auto& [ino, rec] : steps_) {
     if (rec.state == StepState::kWriting || rec.pending_commit != 0) {
       RecoverWritingStepLocked(ino, &rec, same_boot, &batch);
@@ -199,7 +199,7 @@ void FileSystem::RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bo
     // commit the daemon did not finish is asked for again, with the same
     // checks. The coordinator starts it (RequestRecoveredCommits); files
     // found missing or short then make the step incomplete (AbortCommit).
-    StepRuntime& rt = step_runtime_[step_ino];
+    StepRuntime& rt = steps_.Runtime(step_ino);
     rt.commit_wanted = true;
     rt.wanted_since = clock_->MonotonicNanos();
     rt.renamed = (rec->pending_commit & kPendingCommitRenamed) != 0;
@@ -219,7 +219,7 @@ void FileSystem::RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bo
                         : "the daemon stopped before this step was committed";
     EmitStepEvent("recovered", step_ino, *rec, rec->error);
   }
-  batch->Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(*rec));
+  StepBook::Put(step_ino, *rec, batch);
 }
 
 }  // namespace ckptfs

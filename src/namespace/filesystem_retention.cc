@@ -120,8 +120,8 @@ std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
     f.pinned = pin != dir->xattrs.end() && pin->second == "1";
     auto score = dir->xattrs.find("user.ckptfs.score");
     if (score != dir->xattrs.end()) f.score = ParseScore(score->second);
-    auto rt = step_runtime_.find(dent.ino);
-    f.open_for_writing = OpenWritersUnder(dir) > 0 || (rt != step_runtime_.end() && rt->second.committing);
+    const StepRuntime* rt = steps_.FindRuntime(dent.ino);
+    f.open_for_writing = OpenWritersUnder(dir) > 0 || (rt && rt->committing);
     facts.push_back(f);
   }
   return PlanRetention(PolicyOf(run), facts, clock_->Now().tv_sec);
@@ -162,10 +162,7 @@ void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
                                                  step->second.state == StepState::kCommitted) {
       UnpersistStepLocked(child->rec.ino, inodes_.PathOf(child->rec.ino), batch);
     }
-    if (steps_.erase(child->rec.ino)) {
-      batch->Delete(KeySpace::kSteps, InoKey(child->rec.ino));
-      step_runtime_.erase(child->rec.ino);
-    }
+    steps_.Remove(child->rec.ino, batch);
     if (child->open_handles > 0) {
       // Readers keep their data until they close; Release deletes it, and
       // recovery deletes orphans if the daemon stops first.

@@ -8,29 +8,8 @@
 
 namespace ckptfs {
 
-namespace {
-constexpr int kMaxDepth = 4096;
-}
-
-uint64_t FileSystem::StepOf(uint64_t ino) {
-  for (int depth = 0; ino != 0 && depth < kMaxDepth; ++depth) {
-    if (steps_.count(ino)) return ino;
-    if (ino == kRootIno) return 0;
-    Inode* inode = inodes_.Find(ino);
-    if (!inode) return 0;
-    ino = inode->rec.parent;
-  }
-  return 0;
-}
-
-bool FileSystem::IsSealedStep(uint64_t step_ino) const {
-  auto it = steps_.find(step_ino);
-  return it != steps_.end() &&
-         (it->second.state == StepState::kCommitted || it->second.state == StepState::kDeleting);
-}
-
 void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
-  const uint64_t step = StepOf(dir_ino);
+  const uint64_t step = steps_.StepOf(inodes_, dir_ino);
   auto it = steps_.find(step);
   if (it == steps_.end()) return;
   StepRecord& rec = it->second;
@@ -41,31 +20,15 @@ void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
   UnpersistStepLocked(step, inodes_.PathOf(step), batch);
   rec.state = StepState::kDeleting;
   rec.error.clear();
-  batch->Put(KeySpace::kSteps, InoKey(step), EncodeStep(rec));
+  StepBook::Put(step, rec, batch);
   EmitStepEvent("delete", step, rec);
-}
-
-uint64_t FileSystem::LatestStepOf(uint64_t run_ino) {
-  Inode* run = inodes_.Find(run_ino);
-  if (!run || !run->is_dir()) return 0;
-  uint64_t best = 0;
-  int64_t best_step = -1;
-  for (const auto& [name, dent] : run->children) {
-    auto it = steps_.find(dent.ino);
-    if (it == steps_.end() || it->second.state != StepState::kCommitted) continue;
-    if (it->second.step > best_step) {
-      best_step = it->second.step;
-      best = dent.ino;
-    }
-  }
-  return best;
 }
 
 uint64_t FileSystem::VirtualLatestOf(uint64_t run_ino) {
   Inode* run = inodes_.Find(run_ino);
   if (!run || !run->is_dir() || HasRealChild(run, kLatestName)) return 0;
   if (auto it = run->xattrs.find(kLatestLinkXattr); it != run->xattrs.end() && it->second == "off") return 0;
-  const uint64_t step = LatestStepOf(run_ino);
+  const uint64_t step = steps_.LatestOf(inodes_, run_ino);
   // DeepSpeed writes its own `latest` with open("latest", "w"), which would
   // follow a link to the step directory and fail with EISDIR: its runs get
   // no link even before its file exists. A DeepSpeed run: the default tags
@@ -83,47 +46,40 @@ uint64_t FileSystem::VirtualLatestOf(uint64_t run_ino) {
 void FileSystem::ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now) {
   const uint64_t ino = dir->rec.ino;
   std::optional<int64_t> number;
-  if (ino != kRootIno && StepOf(dir->rec.parent) == 0) number = pattern_.Match(dir->name);
+  if (ino != kRootIno && steps_.StepOf(inodes_, dir->rec.parent) == 0) number = pattern_.Match(dir->name);
   auto it = steps_.find(ino);
   if (number && it == steps_.end()) {
     // Becoming a step by mkdir, or by rename into a step name (a commit).
     StepRecord rec;
     rec.state = StepState::kWriting;
     rec.step = *number;
-    steps_[ino] = rec;
-    step_runtime_[ino].last_activity = clock_->MonotonicNanos();
-    batch->Put(KeySpace::kSteps, InoKey(ino), EncodeStep(rec));
+    steps_.Add(ino, rec, clock_->MonotonicNanos(), batch);
     *commit_now = true;
   } else if (number && it != steps_.end()) {
     if (it->second.step != *number) {
       it->second.step = *number;
-      batch->Put(KeySpace::kSteps, InoKey(ino), EncodeStep(it->second));
+      StepBook::Put(ino, it->second, batch);
     }
   } else if (!number && it != steps_.end()) {
     // Renamed to a name that is no step: an ordinary directory from now on.
     // Files it sealed stay read-only.
-    steps_.erase(it);
-    step_runtime_.erase(ino);
-    batch->Delete(KeySpace::kSteps, InoKey(ino));
+    steps_.Remove(ino, batch);
   }
 }
 
 void FileSystem::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
-  if (StepOf(dir->rec.ino) == 0) return;
+  if (steps_.StepOf(inodes_, dir->rec.ino) == 0) return;
   for (const auto& [name, dent] : dir->children) {
     Inode* child = inodes_.Find(dent.ino);
     if (!child || !child->is_dir()) continue;
-    if (steps_.erase(child->rec.ino)) {
-      step_runtime_.erase(child->rec.ino);
-      batch->Delete(KeySpace::kSteps, InoKey(child->rec.ino));
-    }
+    steps_.Remove(child->rec.ino, batch);
     DemoteNestedStepsLocked(child, batch);
   }
 }
 
 void FileSystem::NoteActivity(uint64_t ino) {
-  const uint64_t step = StepOf(ino);
-  if (step != 0) step_runtime_[step].last_activity = clock_->MonotonicNanos();
+  const uint64_t step = steps_.StepOf(inodes_, ino);
+  if (step != 0) steps_.Runtime(step).last_activity = clock_->MonotonicNanos();
 }
 
 bool FileSystem::IsMarkerName(const std::string& name) const {
@@ -134,7 +90,7 @@ bool FileSystem::IsMarkerName(const std::string& name) const {
 void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, uint64_t session) {
   auto it = steps_.find(step_ino);
   if (it == steps_.end() || it->second.state == StepState::kCommitted) return;
-  StepRuntime& rt = step_runtime_[step_ino];
+  StepRuntime& rt = steps_.Runtime(step_ino);
   if (why == CommitTrigger::kRetry && !rt.commit_wanted) return;
   if (!rt.commit_wanted) {
     rt.commit_wanted = true;
@@ -165,8 +121,8 @@ void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, uint6
 
 void FileSystem::RecordPendingCommitLocked(uint64_t step_ino) {
   auto it = steps_.find(step_ino);
-  if (it == steps_.end() || IsSealedStep(step_ino)) return;
-  const StepRuntime& rt = step_runtime_[step_ino];
+  if (it == steps_.end() || steps_.IsSealed(step_ino)) return;
+  const StepRuntime& rt = steps_.Runtime(step_ino);
   if (!rt.commit_wanted) return;
   uint8_t bits = kPendingCommit;
   if (rt.renamed) bits |= kPendingCommitRenamed;
@@ -179,7 +135,7 @@ void FileSystem::RecordPendingCommitLocked(uint64_t step_ino) {
   rec.pending_commit = bits;
   rec.session = rt.session;
   ManifestBatch batch;
-  batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(rec));
+  StepBook::Put(step_ino, rec, &batch);
   // Not synced: a daemon crash keeps what reached the kernel, and after a
   // machine restart recovery does not finish commits anyway. A failure is
   // kept in bg_error_ by Apply and answered by the next mutation.
@@ -187,24 +143,18 @@ void FileSystem::RecordPendingCommitLocked(uint64_t step_ino) {
 }
 
 void FileSystem::ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batch) {
-  const uint64_t step = StepOf(dir_ino);
+  const uint64_t step = steps_.StepOf(inodes_, dir_ino);
   auto it = steps_.find(step);
   if (it == steps_.end()) return;
-  if (auto rt = step_runtime_.find(step); rt != step_runtime_.end()) rt->second.recovered = false;
+  if (StepRuntime* rt = steps_.FindRuntime(step)) rt->recovered = false;
   if (it->second.pending_commit == 0) return;
   it->second.pending_commit = 0;
-  batch->Put(KeySpace::kSteps, InoKey(step), EncodeStep(it->second));
-}
-
-void FileSystem::EndCommitRequest(StepRuntime* rt) {
-  rt->commit_wanted = false;
-  rt->renamed = rt->forced = rt->direct = rt->settling = false;
-  rt->session = 0;
+  StepBook::Put(step, it->second, batch);
 }
 
 void FileSystem::NoteTriggerFileLocked(Inode* file, uint64_t session) {
   const uint64_t parent = file->rec.parent;
-  const uint64_t step = StepOf(parent);
+  const uint64_t step = steps_.StepOf(inodes_, parent);
   if (step != 0) {
     auto it = steps_.find(step);
     if (IsMarkerName(file->name) && it->second.state == StepState::kWriting) {
@@ -304,10 +254,10 @@ void FileSystem::CollectFiles(Inode* dir, const std::string& prefix,
 
 void FileSystem::WaitUntilNotCommitting(MutexLock& lock, uint64_t dir_ino) {
   for (;;) {
-    const uint64_t step = StepOf(dir_ino);
+    const uint64_t step = steps_.StepOf(inodes_, dir_ino);
     if (step == 0) return;
-    auto rt = step_runtime_.find(step);
-    if (rt == step_runtime_.end() || !rt->second.committing) return;
+    const StepRuntime* rt = steps_.FindRuntime(step);
+    if (!rt || !rt->committing) return;
     lock.Wait(step_cv_);
   }
 }
@@ -331,7 +281,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   auto it = steps_.find(step_ino);
   if (it == steps_.end()) return Status::Error(EALREADY, "no longer a checkpoint step");
   if (it->second.state == StepState::kCommitted) return Status::Error(EALREADY, "already committed");
-  StepRuntime& rt = step_runtime_[step_ino];
+  StepRuntime& rt = steps_.Runtime(step_ino);
   if (!rt.commit_wanted) return Status::Error(EALREADY, "no commit requested");
   if (rt.committing) return Status::Error(EALREADY, "commit in progress");
   Inode* dir = inodes_.Find(step_ino);
@@ -339,7 +289,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   const uint32_t writers = OpenWritersUnder(dir);
   if (writers > 0) {
     if (clock_->MonotonicNanos() - rt.wanted_since > options_.commit_wait_ns) {
-      EndCommitRequest(&rt);
+      rt.EndRequest();
       it->second.pending_commit = 0;  // forgotten when the files were opened
       it->second.error = "commit timed out: " + std::to_string(writers) +
                          " file(s) still open for writing";
@@ -371,7 +321,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
 
 void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting, bool broken, bool settling) {
   MutexLock lock(&mu_);
-  StepRuntime& rt = step_runtime_[step_ino];
+  StepRuntime& rt = steps_.Runtime(step_ino);
   rt.committing = false;
   rt.settling = settling;
   rt.outcome_gen++;
@@ -387,20 +337,20 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
     // write them now, so the step is incomplete as SPEC's crash rule says.
     rec.state = StepState::kIncomplete;
     rec.error = "the daemon stopped before this step was committed; " + rec.error;
-    EndCommitRequest(&rt);
+    rt.EndRequest();
     rt.recovered = false;
     rec.pending_commit = 0;
     gave_up_after_crash = true;
   } else if (broken) {
     rec.state = StepState::kBroken;
-    EndCommitRequest(&rt);
+    rt.EndRequest();
     rec.pending_commit = 0;
   } else if (!waiting) {
-    EndCommitRequest(&rt);
+    rt.EndRequest();
     rec.pending_commit = 0;
   }
   ManifestBatch batch;
-  batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(rec));
+  StepBook::Put(step_ino, rec, &batch);
   (void)Apply(batch, false);
   if (gave_up_after_crash) {
     EmitStepEvent("recovered", step_ino, rec, rec.error);
@@ -417,16 +367,16 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
 
 void FileSystem::DropCommitRequest(uint64_t step_ino) {
   MutexLock lock(&mu_);
-  StepRuntime& rt = step_runtime_[step_ino];
+  StepRuntime& rt = steps_.Runtime(step_ino);
   rt.committing = false;
   rt.outcome_gen++;
   if (!rt.direct) {
-    EndCommitRequest(&rt);
+    rt.EndRequest();
     rt.recovered = false;
     if (auto it = steps_.find(step_ino); it != steps_.end() && it->second.pending_commit != 0) {
       it->second.pending_commit = 0;
       ManifestBatch batch;
-      batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(it->second));
+      StepBook::Put(step_ino, it->second, &batch);
       (void)Apply(batch, false);
     }
   } else if (request_commit_) {
@@ -438,7 +388,7 @@ void FileSystem::DropCommitRequest(uint64_t step_ino) {
 
 Status FileSystem::FinishCommit(const CommitPlan& plan) {
   MutexLock lock(&mu_);
-  StepRuntime& rt = step_runtime_[plan.step_ino];
+  StepRuntime& rt = steps_.Runtime(plan.step_ino);
   auto it = steps_.find(plan.step_ino);
   if (it == steps_.end() || !rt.committing) {
     rt.committing = false;
@@ -482,7 +432,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
       QueueUploadLocked(inode, &batch);
     }
   }
-  batch.Put(KeySpace::kSteps, InoKey(plan.step_ino), EncodeStep(rec));
+  StepBook::Put(plan.step_ino, rec, &batch);
   // Retention decides with the step counted as committed, and its removals
   // join the same batch: the decision is atomic with the commit. (If the
   // batch fails, the commit is undone below and the mount is read-only until
@@ -499,11 +449,11 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   // Steps the retention took out of the image are not put back: only a
   // restart (which reloads the manifest, where they still are) brings them.
   if (!st.ok() && batch.size() != before_retention) journal_.MarkDiverged();
-  if (auto rt_it = step_runtime_.find(plan.step_ino); rt_it != step_runtime_.end()) {
-    rt_it->second.outcome_gen++;
+  if (StepRuntime* rt = steps_.FindRuntime(plan.step_ino)) {
+    rt->outcome_gen++;
     if (st.ok()) {
-      EndCommitRequest(&rt_it->second);
-      rt_it->second.recovered = false;
+      rt->EndRequest();
+      rt->recovered = false;
     }
   }
   step_cv_.notify_all();
@@ -531,7 +481,7 @@ void FileSystem::RequestIdleCommits() {
   const int64_t now = clock_->MonotonicNanos();
   for (auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kWriting) continue;
-    StepRuntime& rt = step_runtime_[ino];
+    StepRuntime& rt = steps_.Runtime(ino);
     if (rt.commit_wanted || rt.committing) continue;
     if (now - rt.last_activity < options_.commit_idle_ns) continue;
     Inode* dir = inodes_.Find(ino);
@@ -543,7 +493,7 @@ void FileSystem::RequestIdleCommits() {
 void FileSystem::RequestSettledCommits() {
   MutexLock lock(&mu_);
   const int64_t now = clock_->MonotonicNanos();
-  for (auto& [ino, rt] : step_runtime_) {
+  for (auto& [ino, rt] : steps_.runtimes()) {
     if (!rt.commit_wanted || rt.committing || !rt.settling) continue;
     if (now - rt.last_activity < options_.commit_settle_ns) continue;
     RequestCommitLocked(ino, CommitTrigger::kRetry);
@@ -553,7 +503,7 @@ void FileSystem::RequestSettledCommits() {
 void FileSystem::RequestRecoveredCommits() {
   MutexLock lock(&mu_);
   if (!request_commit_) return;
-  for (const auto& [ino, rt] : step_runtime_) {
+  for (const auto& [ino, rt] : steps_.runtimes()) {
     if (rt.recovered && rt.commit_wanted) request_commit_(ino);
   }
 }
@@ -570,7 +520,7 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
     return Status::Error(EINVAL, "not a checkpoint step directory (name does not match the step pattern)");
   }
   if (it->second.state == StepState::kCommitted) return Status::Ok();
-  const uint64_t gen = step_runtime_[step_ino].outcome_gen;
+  const uint64_t gen = steps_.Runtime(step_ino).outcome_gen;
   RequestCommitLocked(step_ino, CommitTrigger::kExplicit);
   // Waits for the first attempt only. This runs inside the setxattr, which
   // holds the step directory's inode lock in the kernel: waiting longer
@@ -578,8 +528,8 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
   // commit may be waiting for. `ckptfs commit` polls the state afterwards.
   lock.WaitFor(*clock_, step_cv_, options_.commit_wait_ns + 5'000'000'000, [&] {
     mu_.AssertHeld();  // WaitFor calls it with the lock held
-    auto rt = step_runtime_.find(step_ino);
-    return rt == step_runtime_.end() || rt->second.outcome_gen != gen;
+    const StepRuntime* rt = steps_.FindRuntime(step_ino);
+    return !rt || rt->outcome_gen != gen;
   });
   it = steps_.find(step_ino);
   if (it == steps_.end()) return Status::Error(ENOENT, "step was removed");
@@ -591,14 +541,14 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
     default:
       break;
   }
-  auto rt = step_runtime_.find(step_ino);
+  const StepRuntime* rt = steps_.FindRuntime(step_ino);
   // No attempt ended in time: files stayed open for writing.
-  if (rt != step_runtime_.end() && rt->second.outcome_gen == gen) {
+  if (rt && rt->outcome_gen == gen) {
     return Status::Error(ETIMEDOUT, "commit timed out: " + it->second.error);
   }
   // Still asked for (waiting for files or for quiet): accepted. A trainer's
   // commit callback must not fail because a shard is still to come.
-  if (rt != step_runtime_.end() && rt->second.commit_wanted) return Status::Ok();
+  if (rt && rt->commit_wanted) return Status::Ok();
   return Status::Error(EBUSY, "not committed: " + it->second.error);
 }
 

@@ -186,7 +186,7 @@ bool FileSystem::ObjectIsCurrent(const Inode& inode, const std::string& path) co
 
 void FileSystem::QueueUploadLocked(Inode* inode, ManifestBatch* batch) {
   if (!options_.remote || !inode->is_reg() || inode->rec.nlink == 0) return;
-  if (StepOf(inode->rec.parent) == 0) {
+  if (steps_.StepOf(inodes_, inode->rec.parent) == 0) {
     // Outside steps only run-level files go to the remote. This version may
     // name any step not finished now: it waits for them (RunFileReadyLocked).
     if (!IsRunFileLocked(*inode)) return;
@@ -230,7 +230,7 @@ void FileSystem::UnpersistStepLocked(uint64_t step_ino, const std::string& old_p
   if (it == steps_.end()) return;
   if (it->second.persisted) {
     it->second.persisted = false;
-    batch->Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(it->second));
+    StepBook::Put(step_ino, it->second, batch);
   }
 }
 
@@ -274,7 +274,7 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
   for (auto it = uploads_.begin(); it != uploads_.end() && out.size() < max;) {
     const uint64_t ino = it->first;
     Inode* inode = inodes_.Find(ino);
-    const bool in_step = inode && StepOf(inode->rec.parent) != 0;
+    const bool in_step = inode && steps_.StepOf(inodes_, inode->rec.parent) != 0;
     const bool run_file = inode && !in_step && IsRunFileLocked(*inode);
     if (!inode || inode->rec.nlink == 0 || !inode->is_reg() || (!in_step && !run_file)) {
       // Gone, or moved out of every step and run directory: nothing to upload.
@@ -466,7 +466,7 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
   }
   it->second.persisted = true;
   const StepRecord rec = it->second;
-  batch.Put(KeySpace::kSteps, InoKey(job.step_ino), EncodeStep(rec));
+  StepBook::Put(job.step_ino, rec, &batch);
   EmitStepEvent("persisted", job.step_ino, rec);
   // Run-level files waiting for this step may go now.
   if (tier_ && !run_file_waits_.empty()) tier_->UploadsQueued();
@@ -563,7 +563,7 @@ Status FileSystem::Evict(uint64_t ino) {
     if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) {
       return Status::Error(EBUSY, "no longer evictable");
     }
-    const uint64_t step = StepOf(ino);
+    const uint64_t step = steps_.StepOf(inodes_, ino);
     auto it = steps_.find(step);
     if (it == steps_.end() || !it->second.persisted) return Status::Error(EBUSY, "step not persisted");
     // The manifest says "not resident" before the data goes (synced): a
@@ -801,9 +801,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   rec.files = obj.files.size();
   rec.ephemeral = obj.ephemeral;
   rec.persisted = true;
-  steps_[step_ino] = rec;
-  step_runtime_[step_ino].last_activity = clock_->MonotonicNanos();
-  batch.Put(KeySpace::kSteps, InoKey(step_ino), EncodeStep(rec));
+  steps_.Add(step_ino, rec, clock_->MonotonicNanos(), &batch);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
   CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
   EmitStepEvent("import", step_ino, rec);
@@ -818,7 +816,7 @@ void FileSystem::QueueRunFileUploads() {
   run_dirs_.clear();
   for (const auto& [ino, rec] : steps_) {
     Inode* step = inodes_.Find(ino);
-    if (step && step->rec.parent != 0 && StepOf(step->rec.parent) == 0) run_dirs_.insert(step->rec.parent);
+    if (step && step->rec.parent != 0 && steps_.StepOf(inodes_, step->rec.parent) == 0) run_dirs_.insert(step->rec.parent);
   }
   ManifestBatch batch;
   for (uint64_t run : run_dirs_) {
@@ -849,7 +847,7 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
     if (!CheckName(name).ok() || IsCkptfsName(name)) continue;
     const uint64_t dir_ino = dir_path.empty() ? kRootIno : ResolveRelative(kRootIno, dir_path);
     Inode* dir = dir_ino ? inodes_.Find(dir_ino) : nullptr;
-    if (!dir || !HoldsStepLocked(*dir) || StepOf(dir_ino) != 0) continue;
+    if (!dir || !HoldsStepLocked(*dir) || steps_.StepOf(inodes_, dir_ino) != 0) continue;
     if (dir->children.count(name)) continue;   // local wins
     if (object_keys_.count(obj.key)) continue;  // a live file's object (the file moved)
     auto queued = manifest_->Get(KeySpace::kRemoteGc, RemoteGcKey(obj.key, false));

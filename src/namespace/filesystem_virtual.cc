@@ -69,7 +69,7 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
       st.st_gid = run->rec.gid;
     }
     st.st_size = static_cast<off_t>(target->name.size());
-    st.st_mtim = st.st_ctim = steps_.at(step).committed_at;
+    st.st_mtim = st.st_ctim = steps_.Find(step)->committed_at;
   } else {
     return Status::Error(ENOENT, "no such inode");
   }
@@ -208,8 +208,8 @@ std::optional<std::string> FileSystem::StepXattr(uint64_t ino, const std::string
   const StepRecord& rec = it->second;
   const std::string key = name.substr(12);
   if (key == "state") {
-    auto rt = step_runtime_.find(ino);
-    if (rt != step_runtime_.end() && rt->second.committing) return std::string("writing");
+    const StepRuntime* rt = steps_.FindRuntime(ino);
+    if (rt && rt->committing) return std::string("writing");
     return std::string(StepStateName(rec.state));
   }
   if (key == "step") return std::to_string(rec.step);

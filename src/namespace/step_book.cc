@@ -1,0 +1,72 @@
+#include "namespace/step_book.h"
+
+#include "manifest/schema.h"
+
+namespace ckptfs {
+
+namespace {
+// Guards against a damaged parent chain only.
+constexpr int kMaxDepth = 4096;
+}  // namespace
+
+StepRecord* StepBook::Find(uint64_t ino) {
+  auto it = records_.find(ino);
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+StepRecord& StepBook::Add(uint64_t ino, StepRecord rec, int64_t now_ns, ManifestBatch* batch) {
+  Put(ino, rec, batch);
+  runtime_[ino].last_activity = now_ns;
+  return records_[ino] = std::move(rec);
+}
+
+bool StepBook::Remove(uint64_t ino, ManifestBatch* batch) {
+  runtime_.erase(ino);
+  if (!records_.erase(ino)) return false;
+  batch->Delete(KeySpace::kSteps, InoKey(ino));
+  return true;
+}
+
+void StepBook::Put(uint64_t ino, const StepRecord& rec, ManifestBatch* batch) {
+  batch->Put(KeySpace::kSteps, InoKey(ino), EncodeStep(rec));
+}
+
+StepRuntime* StepBook::FindRuntime(uint64_t ino) {
+  auto it = runtime_.find(ino);
+  return it == runtime_.end() ? nullptr : &it->second;
+}
+
+uint64_t StepBook::StepOf(const InodeTable& inodes, uint64_t ino) const {
+  for (int depth = 0; ino != 0 && depth < kMaxDepth; ++depth) {
+    if (records_.count(ino)) return ino;
+    if (ino == kRootIno) return 0;
+    Inode* inode = inodes.Find(ino);
+    if (!inode) return 0;
+    ino = inode->rec.parent;
+  }
+  return 0;
+}
+
+bool StepBook::IsSealed(uint64_t step_ino) const {
+  auto it = records_.find(step_ino);
+  return it != records_.end() &&
+         (it->second.state == StepState::kCommitted || it->second.state == StepState::kDeleting);
+}
+
+uint64_t StepBook::LatestOf(const InodeTable& inodes, uint64_t run_ino) const {
+  Inode* run = inodes.Find(run_ino);
+  if (!run || !run->is_dir()) return 0;
+  uint64_t best = 0;
+  int64_t best_step = -1;
+  for (const auto& [name, dent] : run->children) {
+    auto it = records_.find(dent.ino);
+    if (it == records_.end() || it->second.state != StepState::kCommitted) continue;
+    if (it->second.step > best_step) {
+      best_step = it->second.step;
+      best = dent.ino;
+    }
+  }
+  return best;
+}
+
+}  // namespace ckptfs
