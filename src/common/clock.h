@@ -49,6 +49,8 @@ class ManualClock final : public Clock {
   void Advance(int64_t nanos);
 
  private:
+  // A std::mutex, not a Mutex (common/mutex.h includes this header), so the
+  // GUARDED_BY below is a comment the analysis does not check.
   mutable std::mutex waiters_mu_;
   mutable std::multiset<std::condition_variable*> waiters_;  // GUARDED_BY(waiters_mu_)
   std::atomic<int64_t> wall_ns_{1'700'000'000LL * 1'000'000'000LL};

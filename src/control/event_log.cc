@@ -66,7 +66,7 @@ LogLevel EventLog::LevelOf(const nlohmann::json& event) {
 }
 
 void EventLog::SetLogSink(FILE* sink, LogLevel level) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   log_sink_ = sink;
   log_level_ = level;
 }
@@ -103,7 +103,7 @@ void EventLog::Append(nlohmann::json event) {
   const std::string kind = event.value("event", "");
   const LogLevel level = LevelOf(event);
   std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counts_[kind]++;
   if (log_sink_ && level >= log_level_) {
     std::fprintf(log_sink_, "ckptfs: %s: %s\n", LogLevelName(level), line.c_str());
@@ -118,7 +118,7 @@ void EventLog::Append(nlohmann::json event) {
 }
 
 std::string EventLog::Render() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::string out;
   for (const auto& l : lines_) {
     out += l;
@@ -128,12 +128,12 @@ std::string EventLog::Render() const {
 }
 
 std::map<std::string, uint64_t> EventLog::Counts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counts_;
 }
 
 size_t EventLog::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return lines_.size();
 }
 

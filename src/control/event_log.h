@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace ckptfs {
 
@@ -48,12 +50,12 @@ class EventLog {
  private:
   const std::string path_;
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::deque<std::string> lines_;  // GUARDED_BY(mu_)
-  FILE* file_ = nullptr;           // GUARDED_BY(mu_)
-  std::map<std::string, uint64_t> counts_;  // GUARDED_BY(mu_)
-  FILE* log_sink_ = nullptr;                // GUARDED_BY(mu_)
-  LogLevel log_level_ = LogLevel::kInfo;    // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::deque<std::string> lines_ GUARDED_BY(mu_);
+  FILE* file_ GUARDED_BY(mu_) = nullptr;
+  std::map<std::string, uint64_t> counts_ GUARDED_BY(mu_);
+  FILE* log_sink_ GUARDED_BY(mu_) = nullptr;
+  LogLevel log_level_ GUARDED_BY(mu_) = LogLevel::kInfo;
 };
 
 }  // namespace ckptfs

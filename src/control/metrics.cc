@@ -57,7 +57,7 @@ void PrometheusWriter::Sample(const std::string& name, double value,
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
 
 void Histogram::Observe(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t i = 0;
   while (i < bounds_.size() && seconds > bounds_[i]) i++;
   counts_[i]++;
@@ -66,7 +66,7 @@ void Histogram::Observe(double seconds) {
 }
 
 void Histogram::Render(const std::string& name, const std::string& help, PrometheusWriter* w) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   w->Family(name, "histogram", help);
   uint64_t cumulative = 0;
   for (size_t i = 0; i < bounds_.size(); i++) {

@@ -8,9 +8,11 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace ckptfs {
 
@@ -36,13 +38,14 @@ class Histogram {
 
  private:
   const std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  std::vector<uint64_t> counts_;  // GUARDED_BY(mu_) one per bound, plus +Inf
-  double sum_ = 0;                // GUARDED_BY(mu_)
-  uint64_t count_ = 0;            // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<uint64_t> counts_ GUARDED_BY(mu_);  // one per bound, plus +Inf
+  double sum_ GUARDED_BY(mu_) = 0;
+  uint64_t count_ GUARDED_BY(mu_) = 0;
 };
 
 // The counters the namespace and the commit path keep. Owned by FileSystem.
+// Atomics, read and bumped without a lock; commit_seconds locks its own.
 struct FsMetrics {
   std::atomic<uint64_t> fuse_bytes_written{0};
   std::atomic<uint64_t> fuse_bytes_read{0};

@@ -7,9 +7,13 @@
 namespace ckptfs {
 
 struct MemoryDataStore::File {
-  std::mutex mu;
-  std::string current;  // GUARDED_BY(mu)
-  std::string durable;  // GUARDED_BY(mu): as of the last Sync
+  File() = default;
+  // A file whose contents are durable (one that survived a crash).
+  explicit File(const std::string& contents) : current(contents), durable(contents) {}
+
+  Mutex mu;
+  std::string current GUARDED_BY(mu);
+  std::string durable GUARDED_BY(mu);  // as of the last Sync
 };
 
 class MemoryDataStore::Handle final : public BackingFile {
@@ -17,17 +21,18 @@ class MemoryDataStore::Handle final : public BackingFile {
   Handle(std::shared_ptr<File> file, uint64_t ino) : file_(std::move(file)), ino_(ino) {}
 
   Result<size_t> PRead(void* buf, size_t n, uint64_t offset) override {
-    std::lock_guard<std::mutex> lock(file_->mu);
-    const std::string& data = file_->current;
-    if (offset >= data.size()) return size_t{0};
-    const size_t len = std::min<uint64_t>(n, data.size() - offset);
-    std::memcpy(buf, data.data() + offset, len);
+    MutexLock lock(&file_->mu);
+    // file_->current throughout, not a reference to it: the analysis loses
+    // track of the mutex through a const reference.
+    if (offset >= file_->current.size()) return size_t{0};
+    const size_t len = std::min<uint64_t>(n, file_->current.size() - offset);
+    std::memcpy(buf, file_->current.data() + offset, len);
     return len;
   }
 
   Result<size_t> PWrite(const void* buf, size_t n, uint64_t offset) override {
     if (offset > kMaxFileSize || n > kMaxFileSize - offset) return TooBig("pwrite");
-    std::lock_guard<std::mutex> lock(file_->mu);
+    MutexLock lock(&file_->mu);
     std::string& data = file_->current;
     if (data.size() < offset + n) data.resize(offset + n, '\0');
     std::memcpy(data.data() + offset, buf, n);
@@ -36,19 +41,19 @@ class MemoryDataStore::Handle final : public BackingFile {
 
   Status Truncate(uint64_t size) override {
     if (size > kMaxFileSize) return TooBig("truncate");
-    std::lock_guard<std::mutex> lock(file_->mu);
+    MutexLock lock(&file_->mu);
     file_->current.resize(size, '\0');
     return Status::Ok();
   }
 
   Status Sync() override {
-    std::lock_guard<std::mutex> lock(file_->mu);
+    MutexLock lock(&file_->mu);
     file_->durable = file_->current;
     return Status::Ok();
   }
 
   Result<uint64_t> Size() override {
-    std::lock_guard<std::mutex> lock(file_->mu);
+    MutexLock lock(&file_->mu);
     return uint64_t{file_->current.size()};
   }
 
@@ -63,7 +68,7 @@ class MemoryDataStore::Handle final : public BackingFile {
 };
 
 Result<std::unique_ptr<BackingFile>> MemoryDataStore::Open(uint64_t ino, bool create) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = files_.find(ino);
   if (it == files_.end()) {
     if (!create) {
@@ -76,19 +81,19 @@ Result<std::unique_ptr<BackingFile>> MemoryDataStore::Open(uint64_t ino, bool cr
 }
 
 Status MemoryDataStore::Remove(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   files_.erase(ino);
   return Status::Ok();
 }
 
 Status MemoryDataStore::SyncDir() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   durable_ = files_;
   return Status::Ok();
 }
 
 Result<std::vector<uint64_t>> MemoryDataStore::List() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<uint64_t> inos;
   inos.reserve(files_.size());
   for (const auto& entry : files_) inos.push_back(entry.first);
@@ -100,11 +105,11 @@ Result<DataStore::Space> MemoryDataStore::Capacity() {
   space.block_size = 4096;
   uint64_t used = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     space.blocks = device_bytes_ / space.block_size;
     used = (occupied_bytes_ + space.block_size - 1) / space.block_size;
     for (const auto& entry : files_) {
-      std::lock_guard<std::mutex> file_lock(entry.second->mu);
+      MutexLock file_lock(&entry.second->mu);
       used += (entry.second->current.size() + space.block_size - 1) / space.block_size;
     }
   }
@@ -114,28 +119,23 @@ Result<DataStore::Space> MemoryDataStore::Capacity() {
 }
 
 void MemoryDataStore::SetDeviceBytes(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   device_bytes_ = bytes;
 }
 
 void MemoryDataStore::OccupyBytes(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   occupied_bytes_ = bytes;
 }
 
 void MemoryDataStore::SimulateCrash() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Fresh objects detach every handle of the "dead" process, so nothing it
   // does later can change what recovery sees.
   std::map<uint64_t, std::shared_ptr<File>> survivors;
   for (const auto& [ino, file] : durable_) {
-    auto fresh = std::make_shared<File>();
-    {
-      std::lock_guard<std::mutex> file_lock(file->mu);
-      fresh->current = file->durable;
-      fresh->durable = file->durable;
-    }
-    survivors.emplace(ino, std::move(fresh));
+    MutexLock file_lock(&file->mu);
+    survivors.emplace(ino, std::make_shared<File>(file->durable));
   }
   files_ = survivors;
   durable_ = std::move(survivors);

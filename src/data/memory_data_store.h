@@ -22,10 +22,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "data/data_store.h"
 
 namespace ckptfs {
@@ -58,11 +59,11 @@ class MemoryDataStore final : public DataStore {
   struct File;   // contents, current and durable; shared with handles
   class Handle;  // the BackingFile
 
-  mutable std::mutex mu_;
-  std::map<uint64_t, std::shared_ptr<File>> files_;    // GUARDED_BY(mu_): visible names
-  std::map<uint64_t, std::shared_ptr<File>> durable_;  // GUARDED_BY(mu_): names as of SyncDir
-  uint64_t device_bytes_ = uint64_t{1} << 40;          // GUARDED_BY(mu_)
-  uint64_t occupied_bytes_ = 0;                        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<File>> files_ GUARDED_BY(mu_);    // visible names
+  std::map<uint64_t, std::shared_ptr<File>> durable_ GUARDED_BY(mu_);  // names as of SyncDir
+  uint64_t device_bytes_ GUARDED_BY(mu_) = uint64_t{1} << 40;
+  uint64_t occupied_bytes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptfs

@@ -27,12 +27,12 @@ void MetadataReserve::RefreshLocked(int64_t now) {
 
 Status MetadataReserve::Admit(uint64_t n) {
   if (!enabled()) return Status::Ok();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const int64_t now = clock_->MonotonicNanos();
   const bool stale = !known_ || now - looked_ns_ >= kRecheckNs || admitted_since_ + n >= kRecheckBytes;
   if (stale) RefreshLocked(now);
   if (!known_) return Status::Ok();
-  auto fits = [&] {
+  auto fits = [&]() REQUIRES(mu_) {
     const uint64_t used = admitted_since_ + n;
     return avail_ >= used && avail_ - used >= reserve_;
   };
@@ -50,7 +50,7 @@ Status MetadataReserve::Admit(uint64_t n) {
 }
 
 uint64_t MetadataReserve::reserve_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return known_ ? reserve_ : 0;
 }
 

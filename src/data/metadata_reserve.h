@@ -13,10 +13,11 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "data/data_store.h"
 
 namespace ckptfs {
@@ -49,19 +50,18 @@ class MetadataReserve {
   bool enabled() const { return spec_.min_bytes > 0 || spec_.percent > 0; }
 
  private:
-  // REQUIRES: mu_ held.
-  void RefreshLocked(int64_t now);
+  void RefreshLocked(int64_t now) REQUIRES(mu_);
 
   const MetadataReserveSpec spec_;
   DataStore* const data_;
   const Clock* const clock_;
 
-  mutable std::mutex mu_;
-  bool known_ = false;           // GUARDED_BY(mu_) avail_ holds an answer
-  uint64_t avail_ = 0;           // GUARDED_BY(mu_) bytes free at the last look
-  uint64_t reserve_ = 0;         // GUARDED_BY(mu_)
-  uint64_t admitted_since_ = 0;  // GUARDED_BY(mu_) bytes admitted since then
-  int64_t looked_ns_ = 0;        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  bool known_ GUARDED_BY(mu_) = false;  // avail_ holds an answer
+  uint64_t avail_ GUARDED_BY(mu_) = 0;  // bytes free at the last look
+  uint64_t reserve_ GUARDED_BY(mu_) = 0;
+  uint64_t admitted_since_ GUARDED_BY(mu_) = 0;  // bytes admitted since then
+  int64_t looked_ns_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptfs

@@ -119,7 +119,7 @@ FastPathServer::~FastPathServer() {
   (void)!write(wake_write_, "x", 1);
   if (acceptor_.joinable()) acceptor_.join();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Wakes every connection thread blocked in recv: they see end of
     // stream and abandon their files.
     for (Connection& c : connections_) shutdown(c.fd, SHUT_RDWR);
@@ -148,7 +148,7 @@ void FastPathServer::AcceptLoop() {
       close(conn);
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (const std::string why = RefusalLocked(who->uid); !why.empty()) {
       (void)wire::Send(conn, wire::ErrorFields(Status::Error(EAGAIN, why)));
       close(conn);
@@ -182,7 +182,7 @@ std::string FastPathServer::RefusalLocked(uint32_t uid) const {
 }
 
 void FastPathServer::ReapFinished() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = connections_.begin(); it != connections_.end();) {
     if (it->done) {
       it->thread.join();

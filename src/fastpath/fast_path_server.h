@@ -23,11 +23,12 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "namespace/filesystem.h"
 
 namespace ckptfs {
@@ -61,11 +62,11 @@ class FastPathServer {
  private:
   FastPathServer(std::string path, FileSystem* fs, FastPathLimits limits, int listen_fd, int wake_fd[2]);
   void AcceptLoop();
-  // Why conn from uid may not be served now ("" = it may). REQUIRES: mu_.
-  std::string RefusalLocked(uint32_t uid) const;
+  // Why conn from uid may not be served now ("" = it may).
+  std::string RefusalLocked(uint32_t uid) const REQUIRES(mu_);
   void Serve(int conn, const FileSystem::FastPathCaller& who);
   // Joins the threads of connections that ended.
-  void ReapFinished();
+  void ReapFinished() EXCLUDES(mu_);
 
   struct Connection {
     int fd = -1;
@@ -80,11 +81,13 @@ class FastPathServer {
   const int listen_fd_;
   int wake_read_ = -1;   // the destructor writes to wake_write_ to stop AcceptLoop
   int wake_write_ = -1;
-  std::atomic<bool> stopping_{false};
-  std::mutex mu_;
-  std::list<Connection> connections_;  // GUARDED_BY(mu_)
-  std::map<uint32_t, size_t> per_user_;  // GUARDED_BY(mu_) live connections by uid
-  size_t others_ = 0;                    // GUARDED_BY(mu_) live connections of uids other than 0
+  std::atomic<bool> stopping_{false};  // atomic: set by the destructor, read by AcceptLoop
+  Mutex mu_;
+  // A Connection's fd and uid are set before its thread starts and done is
+  // atomic: its thread reads them through its own reference, without mu_.
+  std::list<Connection> connections_ GUARDED_BY(mu_);
+  std::map<uint32_t, size_t> per_user_ GUARDED_BY(mu_);  // live connections by uid
+  size_t others_ GUARDED_BY(mu_) = 0;                    // live connections of uids other than 0
   std::thread acceptor_;
 };
 

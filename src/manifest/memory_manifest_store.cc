@@ -35,7 +35,7 @@ Status MemoryManifestStore::Write(const ManifestBatch& batch, bool sync) {
   for (const ManifestBatch::Op& op : batch.ops()) {
     if (!ValidSpace(op.space)) return BadSpace(op.space);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (writes_before_failure_ == 0) {
     return Status::Error(fail_err_, "injected manifest write failure");
   }
@@ -57,7 +57,7 @@ Status MemoryManifestStore::Write(const ManifestBatch& batch, bool sync) {
 Result<std::optional<std::string>> MemoryManifestStore::Get(KeySpace space,
                                                             std::string_view key) {
   if (!ValidSpace(space)) return BadSpace(space);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const Space& s = visible_[static_cast<size_t>(space)];
   auto it = s.find(key);
   if (it == s.end()) return std::optional<std::string>();
@@ -68,7 +68,7 @@ Status MemoryManifestStore::Scan(KeySpace space, std::string_view prefix, const 
   if (!ValidSpace(space)) return BadSpace(space);
   std::vector<std::pair<std::string, std::string>> matches;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const Space& s = visible_[static_cast<size_t>(space)];
     for (auto it = s.lower_bound(prefix); it != s.end() && it->first.starts_with(prefix); ++it) {
       matches.emplace_back(it->first, it->second);
@@ -81,7 +81,7 @@ Status MemoryManifestStore::Scan(KeySpace space, std::string_view prefix, const 
 }
 
 void MemoryManifestStore::SimulateCrash(size_t keep_unsynced) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   keep_unsynced = std::min(keep_unsynced, unsynced_.size());
   for (size_t i = 0; i < keep_unsynced; i++) Apply(unsynced_[i], &durable_);
   visible_ = durable_;
@@ -89,18 +89,18 @@ void MemoryManifestStore::SimulateCrash(size_t keep_unsynced) {
 }
 
 size_t MemoryManifestStore::unsynced_batches() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return unsynced_.size();
 }
 
 void MemoryManifestStore::FailWritesAfter(int n, int err) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   writes_before_failure_ = std::max(n, 0);
   fail_err_ = err == 0 ? EIO : err;
 }
 
 void MemoryManifestStore::ClearFailure() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   writes_before_failure_ = -1;
   fail_err_ = 0;
 }

@@ -13,10 +13,11 @@
 
 #include <cstddef>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "manifest/manifest_store.h"
 
 namespace ckptfs {
@@ -50,13 +51,13 @@ class MemoryManifestStore final : public ManifestStore {
 
   static void Apply(const ManifestBatch& batch, State* state);
 
-  mutable std::mutex mu_;
-  State visible_{static_cast<size_t>(KeySpace::kCount)};  // GUARDED_BY(mu_)
-  State durable_{static_cast<size_t>(KeySpace::kCount)};  // GUARDED_BY(mu_)
-  std::vector<ManifestBatch> unsynced_;                   // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  State visible_ GUARDED_BY(mu_){static_cast<size_t>(KeySpace::kCount)};
+  State durable_ GUARDED_BY(mu_){static_cast<size_t>(KeySpace::kCount)};
+  std::vector<ManifestBatch> unsynced_ GUARDED_BY(mu_);
   // Writes still allowed before failing with fail_err_; -1 = no failure set.
-  int writes_before_failure_ = -1;  // GUARDED_BY(mu_)
-  int fail_err_ = 0;                // GUARDED_BY(mu_)
+  int writes_before_failure_ GUARDED_BY(mu_) = -1;
+  int fail_err_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptfs

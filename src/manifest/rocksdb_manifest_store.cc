@@ -18,7 +18,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace ckptfs {
 
@@ -110,7 +112,7 @@ class ManifestInfoLog final : public rocksdb::Logger {
     if (n < 0) return;
     size_t len = std::min(static_cast<size_t>(n), sizeof(line) - 2);
     line[len++] = '\n';
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (size_ + static_cast<off_t>(len) > kMaxBytes && ::ftruncate(fd_, 0) == 0) size_ = 0;
     const ssize_t w = ::write(fd_, line, len);
     if (w > 0) size_ += w;
@@ -118,8 +120,9 @@ class ManifestInfoLog final : public rocksdb::Logger {
 
  private:
   const int fd_;
-  std::mutex mu_;
-  off_t size_ = 0;  // GUARDED_BY(mu_)
+  // Also keeps each truncate-and-append to fd_ whole across RocksDB's threads.
+  Mutex mu_;
+  off_t size_ GUARDED_BY(mu_) = 0;
 };
 
 rocksdb::DBOptions MakeDbOptions(const std::string& dir) {
@@ -165,7 +168,7 @@ struct RocksDbManifestStore::Rep {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   // A write failed: RocksDB holds a background error and refuses writes
   // until it recovers (by itself for ENOSPC, once its SstFileManager sees
-  // free space, or through Resume()).
+  // free space, or through Resume()). Atomic: read and set without a lock.
   std::atomic<bool> write_failed{false};
   bool read_only = false;  // OpenReadOnly
 

@@ -198,7 +198,7 @@ Status FileObjectStore::Publish(const std::string& tmp, const std::string& key) 
   const std::string target = dir_ + "/" + key;
   std::set<std::string> to_sync = {ParentOf(target)};
   {
-    std::lock_guard<std::mutex> lock(tree_mu_);
+    MutexLock lock(&tree_mu_);
     std::string path = dir_;
     for (size_t start = 0, slash; (slash = key.find('/', start)) != std::string::npos;
          start = slash + 1) {
@@ -534,7 +534,7 @@ Status FileObjectStore::Delete(const std::vector<std::string>& keys) {
   std::set<std::string> to_sync;  // the directories that lost an entry and remain
   Status result;
   {
-    std::lock_guard<std::mutex> lock(tree_mu_);
+    MutexLock lock(&tree_mu_);
     for (const std::string& key : keys) {
       const std::string path = dir_ + "/" + key;
       if (::unlink(path.c_str()) != 0) {

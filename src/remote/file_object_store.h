@@ -30,11 +30,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "remote/object_store.h"
 
 namespace ckptfs {
@@ -106,8 +106,9 @@ class FileObjectStore final : public ObjectStore {
   const uint64_t min_part_size_;
 
   // Held while creating parent directories and renaming into them, and while
-  // deleting and pruning; never while writing or fsyncing data.
-  std::mutex tree_mu_;
+  // deleting and pruning; never while writing or fsyncing data. It guards the
+  // tree on disk, not a member: nothing here is GUARDED_BY it.
+  Mutex tree_mu_;
 };
 
 }  // namespace ckptfs

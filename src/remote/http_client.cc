@@ -186,16 +186,16 @@ HttpClient::~HttpClient() {
 }
 
 void* HttpClient::Acquire() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const int max = std::max(options_.max_connections, 1);
-  handle_freed_.wait(lock, [&] { return !idle_.empty() || handles_ < max; });
+  while (idle_.empty() && handles_ >= max) lock.Wait(handle_freed_);
   if (!idle_.empty()) {
     void* h = idle_.back();  // the most recently used: its connection is warmest
     idle_.pop_back();
     return h;
   }
   handles_++;
-  lock.unlock();
+  lock.Unlock();
   CURL* h = curl_easy_init();
   if (h == nullptr) Release(nullptr, false);
   return h;
@@ -203,7 +203,7 @@ void* HttpClient::Acquire() {
 
 void HttpClient::Release(void* handle, bool keep) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (keep && handle != nullptr) {
       idle_.push_back(handle);
     } else {

@@ -26,13 +26,14 @@
 #include <cstddef>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace ckptfs {
 
@@ -94,17 +95,17 @@ class HttpClient {
   // A handle for one request: an idle one from the pool, or a new one while
   // fewer than max_connections exist; blocks otherwise. Null only when curl
   // cannot allocate one.
-  void* Acquire();
+  void* Acquire() EXCLUDES(mu_);
   // Returns the handle to the pool; keep=false destroys it (and with it its
   // connections), which Send does after a transport failure.
-  void Release(void* handle, bool keep);
+  void Release(void* handle, bool keep) EXCLUDES(mu_);
 
   const HttpClientOptions options_;
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable handle_freed_;
-  std::vector<void*> idle_;  // GUARDED_BY(mu_); CURL*, kept opaque here
-  int handles_ = 0;          // GUARDED_BY(mu_); idle plus in use
+  std::vector<void*> idle_ GUARDED_BY(mu_);  // CURL*, kept opaque here
+  int handles_ GUARDED_BY(mu_) = 0;          // idle plus in use
 };
 
 // The host[:port] part of an absolute URL, for messages ("" if none).

@@ -50,7 +50,7 @@ Result<MemoryObjectStore::Upload*> MemoryObjectStore::FindUpload(const std::stri
 }
 
 Status MemoryObjectStore::Put(const std::string& key, const std::string& data) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.put++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
@@ -61,7 +61,7 @@ Status MemoryObjectStore::Put(const std::string& key, const std::string& data) {
 }
 
 Result<std::string> MemoryObjectStore::BeginMultipart(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.begin++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
@@ -73,7 +73,7 @@ Result<std::string> MemoryObjectStore::BeginMultipart(const std::string& key) {
 Result<std::string> MemoryObjectStore::UploadPart(const std::string& key,
                                                   const std::string& upload_id, int part_number,
                                                   const std::string& data) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.part++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
@@ -93,7 +93,7 @@ Result<std::string> MemoryObjectStore::UploadPart(const std::string& key,
 
 Status MemoryObjectStore::CompleteMultipart(const std::string& key, const std::string& upload_id,
                                             const std::vector<std::string>& part_etags) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.complete++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
@@ -136,7 +136,7 @@ Status MemoryObjectStore::CompleteMultipart(const std::string& key, const std::s
 }
 
 Status MemoryObjectStore::AbortMultipart(const std::string& key, const std::string& upload_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.abort++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
@@ -148,7 +148,7 @@ Status MemoryObjectStore::AbortMultipart(const std::string& key, const std::stri
 
 Result<std::string> MemoryObjectStore::GetRange(const std::string& key, uint64_t offset,
                                                 uint64_t length) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.get++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
@@ -166,12 +166,12 @@ Result<std::string> MemoryObjectStore::GetRange(const std::string& key, uint64_t
 }
 
 void MemoryObjectStore::CorruptReads(const std::string& key, uint64_t offset, int times) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   corruptions_.push_back(Corruption{key, offset, times});
 }
 
 void MemoryObjectStore::ClearReadCorruptions() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   corruptions_.clear();
 }
 
@@ -188,7 +188,7 @@ Result<uint64_t> MemoryObjectStore::ReadRange(const std::string& key, uint64_t o
 }
 
 Result<ObjectInfo> MemoryObjectStore::Head(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.head++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
@@ -198,7 +198,7 @@ Result<ObjectInfo> MemoryObjectStore::Head(const std::string& key) {
 }
 
 Result<std::vector<ObjectInfo>> MemoryObjectStore::List(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.list++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   std::vector<ObjectInfo> out;
@@ -210,7 +210,7 @@ Result<std::vector<ObjectInfo>> MemoryObjectStore::List(const std::string& prefi
 }
 
 Status MemoryObjectStore::Delete(const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.del++;
   CKPTFS_RETURN_IF_ERROR(InjectedFault());
   for (const std::string& key : keys) CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
@@ -219,35 +219,35 @@ Status MemoryObjectStore::Delete(const std::vector<std::string>& keys) {
 }
 
 void MemoryObjectStore::FailNext(int n, int err) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   fail_next_ = std::max(n, 0);
   fail_err_ = err == 0 ? EIO : err;
 }
 
 void MemoryObjectStore::SetUnavailable(bool unavailable) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   unavailable_ = unavailable;
 }
 
 void MemoryObjectStore::CorruptNextUploads(int n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   corrupt_next_ = n > 0 ? n : 0;
 }
 
 void MemoryObjectStore::SetVerifyUploads(bool verify) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   verify_uploads_ = verify;
 }
 
 uint64_t MemoryObjectStore::UploadChecksumMismatches() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return mismatches_;
 }
 
-#define CKPTFS_COUNTER(name, field)              \
-  size_t MemoryObjectStore::name() const {       \
-    std::lock_guard<std::mutex> lock(mu_);       \
-    return counters_.field;                      \
+#define CKPTFS_COUNTER(name, field)        \
+  size_t MemoryObjectStore::name() const { \
+    MutexLock lock(&mu_);                  \
+    return counters_.field;                \
   }
 CKPTFS_COUNTER(put_calls, put)
 CKPTFS_COUNTER(begin_calls, begin)
@@ -261,17 +261,17 @@ CKPTFS_COUNTER(delete_calls, del)
 #undef CKPTFS_COUNTER
 
 size_t MemoryObjectStore::object_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return objects_.size();
 }
 
 size_t MemoryObjectStore::upload_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return uploads_.size();
 }
 
 std::optional<std::string> MemoryObjectStore::Peek(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(key);
   if (it == objects_.end()) return std::nullopt;
   return it->second;

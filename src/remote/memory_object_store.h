@@ -31,11 +31,12 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "remote/object_store.h"
 
 namespace ckptfs {
@@ -117,35 +118,33 @@ class MemoryObjectStore final : public ObjectStore {
 
   // data as it arrives: with a bit flipped while CorruptNextUploads lasts;
   // EIO when it then fails the checksum the caller's bytes had.
-  // REQUIRES: mu_ held.
-  Result<std::string> Receive(const std::string& what, const std::string& data);
+  Result<std::string> Receive(const std::string& what, const std::string& data) REQUIRES(mu_);
   // Counts nothing; returns the injected failure for this call, if any.
-  // REQUIRES: mu_ held.
-  Status InjectedFault();
-  // The upload for (key, upload_id) or ENOENT. REQUIRES: mu_ held.
-  Result<Upload*> FindUpload(const std::string& key, const std::string& upload_id);
+  Status InjectedFault() REQUIRES(mu_);
+  // The upload for (key, upload_id) or ENOENT.
+  Result<Upload*> FindUpload(const std::string& key, const std::string& upload_id) REQUIRES(mu_);
 
   const uint64_t min_part_size_;
 
-  mutable std::mutex mu_;
-  std::map<std::string, std::string> objects_;  // GUARDED_BY(mu_); ordered = key order
-  std::map<std::string, Upload> uploads_;       // GUARDED_BY(mu_); by upload id
-  uint64_t next_upload_ = 1;                    // GUARDED_BY(mu_)
-  uint64_t next_etag_ = 1;                      // GUARDED_BY(mu_)
-  Counters counters_;                           // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, std::string> objects_ GUARDED_BY(mu_);  // ordered = key order
+  std::map<std::string, Upload> uploads_ GUARDED_BY(mu_);       // by upload id
+  uint64_t next_upload_ GUARDED_BY(mu_) = 1;
+  uint64_t next_etag_ GUARDED_BY(mu_) = 1;
+  Counters counters_ GUARDED_BY(mu_);
   struct Corruption {
     std::string key;
     uint64_t offset = 0;
     int remaining = 0;  // < 0: forever
   };
-  std::vector<Corruption> corruptions_;         // GUARDED_BY(mu_)
-  int fail_next_ = 0;                           // GUARDED_BY(mu_)
-  int fail_err_ = 0;                            // GUARDED_BY(mu_)
-  bool unavailable_ = false;                    // GUARDED_BY(mu_)
-  int corrupt_next_ = 0;                        // GUARDED_BY(mu_)
-  uint64_t corrupted_ = 0;                      // GUARDED_BY(mu_); bodies damaged so far
-  bool verify_uploads_ = true;                  // GUARDED_BY(mu_)
-  uint64_t mismatches_ = 0;                     // GUARDED_BY(mu_)
+  std::vector<Corruption> corruptions_ GUARDED_BY(mu_);
+  int fail_next_ GUARDED_BY(mu_) = 0;
+  int fail_err_ GUARDED_BY(mu_) = 0;
+  bool unavailable_ GUARDED_BY(mu_) = false;
+  int corrupt_next_ GUARDED_BY(mu_) = 0;
+  uint64_t corrupted_ GUARDED_BY(mu_) = 0;  // bodies damaged so far
+  bool verify_uploads_ GUARDED_BY(mu_) = true;
+  uint64_t mismatches_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptfs

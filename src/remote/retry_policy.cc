@@ -61,7 +61,7 @@ std::chrono::milliseconds RetryPolicy::Delay(int attempt) const {
   if (options_.random) {
     r = std::min(options_.random(bound), bound);
   } else {
-    std::lock_guard<std::mutex> lock(rng_mu_);
+    MutexLock lock(&rng_mu_);
     r = std::uniform_int_distribution<uint64_t>(0, bound)(rng_);
   }
   return std::chrono::milliseconds(static_cast<int64_t>(r));

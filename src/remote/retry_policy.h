@@ -20,11 +20,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <random>
 #include <string_view>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace ckptfs {
 
@@ -78,8 +79,8 @@ class RetryPolicy {
   const int max_attempts_;
 
   // The default random source, used when options_.random is empty.
-  mutable std::mutex rng_mu_;
-  mutable std::mt19937_64 rng_;  // GUARDED_BY(rng_mu_)
+  mutable Mutex rng_mu_;
+  mutable std::mt19937_64 rng_ GUARDED_BY(rng_mu_);
 };
 
 }  // namespace ckptfs

@@ -27,12 +27,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "formats/assembly_planner.h"
 #include "formats/dcp_metadata.h"
 #include "formats/olmo_metadata.h"
@@ -140,7 +141,8 @@ class FullView {
 
   // Where tensor `t`'s bytes are (reads zip directories and safetensors
   // headers of its shards the first time). Errors are cached too.
-  Result<std::shared_ptr<const TensorLayout>> Layout(uint32_t t, ShardReader& files) const;
+  Result<std::shared_ptr<const TensorLayout>> Layout(uint32_t t, ShardReader& files) const
+      EXCLUDES(layout_mu_);
   // The storage entry of a bytes item.
   const DcpStorageEntry& BytesSource(uint32_t item) const;
 
@@ -154,7 +156,8 @@ class FullView {
   Result<std::shared_ptr<const TensorLayout>> ResolveDcp(const ViewTensor& t, ShardReader& files) const;
   Result<std::shared_ptr<const TensorLayout>> ResolveOlmo(const ViewTensor& t, ShardReader& files) const;
   Result<std::shared_ptr<const SafetensorsHeader>> ShardHeader(const std::string& path,
-                                                               ShardReader& files) const;
+                                                               ShardReader& files) const
+      EXCLUDES(layout_mu_);
 
   ViewFormat format_ = ViewFormat::kDcp;
   std::string whole_group_;  // OLMo-core: the directory's name, for <name>.safetensors
@@ -168,10 +171,12 @@ class FullView {
   std::map<std::pair<uint32_t, std::string>, uint32_t> by_name_;
   std::string index_json_;
 
-  mutable std::mutex layout_mu_;
-  mutable std::map<uint32_t, Result<std::shared_ptr<const TensorLayout>>> layouts_;  // GUARDED_BY(layout_mu_)
+  mutable Mutex layout_mu_;
+  mutable std::map<uint32_t, Result<std::shared_ptr<const TensorLayout>>> layouts_
+      GUARDED_BY(layout_mu_);
   // OLMo-core shards' parsed headers, shared by the tensors they hold.
-  mutable std::map<std::string, std::shared_ptr<const SafetensorsHeader>> headers_;  // GUARDED_BY(layout_mu_)
+  mutable std::map<std::string, std::shared_ptr<const SafetensorsHeader>> headers_
+      GUARDED_BY(layout_mu_);
 };
 
 }  // namespace ckptfs

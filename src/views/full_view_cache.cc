@@ -9,7 +9,7 @@ constexpr size_t kMaxReported = 4096;
 }  // namespace
 
 std::optional<FullViewCache::Outcome> FullViewCache::Get(uint64_t dir_ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_dir_.find(dir_ino);
   if (it == by_dir_.end()) return std::nullopt;
   lru_.splice(lru_.begin(), lru_, it->second);
@@ -17,7 +17,7 @@ std::optional<FullViewCache::Outcome> FullViewCache::Get(uint64_t dir_ino) {
 }
 
 void FullViewCache::Put(uint64_t dir_ino, Outcome outcome) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_dir_.find(dir_ino);
   if (it != by_dir_.end()) {
     it->second->second = std::move(outcome);
@@ -33,7 +33,7 @@ void FullViewCache::Put(uint64_t dir_ino, Outcome outcome) {
 }
 
 bool FullViewCache::FirstReport(uint64_t key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (reported_.size() >= kMaxReported) reported_.clear();
   return reported_.insert(key).second;
 }

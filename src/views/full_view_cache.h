@@ -8,13 +8,14 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "views/full_view.h"
 
 namespace ckptfs {
@@ -34,10 +35,11 @@ class FullViewCache {
 
  private:
   const size_t capacity_;
-  std::mutex mu_;
-  std::list<std::pair<uint64_t, Outcome>> lru_;  // GUARDED_BY(mu_) newest first
-  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, Outcome>>::iterator> by_dir_;  // GUARDED_BY(mu_)
-  std::set<uint64_t> reported_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::list<std::pair<uint64_t, Outcome>> lru_ GUARDED_BY(mu_);  // newest first
+  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, Outcome>>::iterator> by_dir_
+      GUARDED_BY(mu_);
+  std::set<uint64_t> reported_ GUARDED_BY(mu_);
 };
 
 }  // namespace ckptfs

@@ -95,7 +95,7 @@ std::vector<int64_t> StridesFor(const TorchTensorInfo& info) {
 
 Result<std::shared_ptr<const TensorLayout>> FullView::Layout(uint32_t t, ShardReader& files) const {
   {
-    std::lock_guard<std::mutex> lock(layout_mu_);
+    MutexLock lock(&layout_mu_);
     auto it = layouts_.find(t);
     if (it != layouts_.end()) return it->second;
   }
@@ -107,7 +107,7 @@ Result<std::shared_ptr<const TensorLayout>> FullView::Layout(uint32_t t, ShardRe
       : format_ == ViewFormat::kDcp ? ResolveDcp(tensor, files)
                                     : ResolveOlmo(tensor, files);
   if (!layout.ok()) layout = layout.status().Annotate("tensor '" + tensor.fqn + "'");
-  std::lock_guard<std::mutex> lock(layout_mu_);
+  MutexLock lock(&layout_mu_);
   return layouts_.emplace(t, std::move(layout)).first->second;
 }
 
@@ -170,7 +170,7 @@ Result<std::shared_ptr<const TensorLayout>> FullView::ResolveDcp(const ViewTenso
 Result<std::shared_ptr<const SafetensorsHeader>> FullView::ShardHeader(const std::string& path,
                                                                        ShardReader& files) const {
   {
-    std::lock_guard<std::mutex> lock(layout_mu_);
+    MutexLock lock(&layout_mu_);
     auto it = headers_.find(path);
     if (it != headers_.end()) return it->second;
   }
@@ -191,7 +191,7 @@ Result<std::shared_ptr<const SafetensorsHeader>> FullView::ShardHeader(const std
                                   std::to_string(header->file_size()));
   }
   auto shared = std::make_shared<const SafetensorsHeader>(std::move(*header));
-  std::lock_guard<std::mutex> lock(layout_mu_);
+  MutexLock lock(&layout_mu_);
   return headers_.emplace(path, std::move(shared)).first->second;
 }
 
