@@ -54,6 +54,7 @@
 #include "namespace/step_book.h"
 #include "namespace/tier_port.h"
 #include "namespace/tier_hooks.h"
+#include "namespace/tier_ledger.h"
 #include "retention/retention_planner.h"
 #include "formats/commit_object.h"
 
@@ -535,11 +536,10 @@ class FileSystem : public CommitPort, public TierPort {
                             ManifestBatch* batch) REQUIRES(mu_);
   bool ObjectIsCurrent(const Inode& inode, const std::string& path) const;
   // Run-level files (filesystem_tiering.cc); REQUIRES: mu_ held.
-  // Exact: a step directly in dir (walks its entries). run_dirs_ holds the
+  // Exact: a step directly in dir (walks its entries). the ledger's run_dirs() holds the
   // same answer as of the last QueueRunFileUploads, for checks on hot paths.
   bool HoldsStepLocked(const Inode& dir) const REQUIRES(mu_);
   bool IsRunFileLocked(const Inode& inode) const REQUIRES(mu_);
-  struct RunFileWait;
   // What the file's current version waits for: the steps of its run that
   // may be the one it names and are not persisted.
   RunFileWait RunFileWaitLocked(const Inode& file) REQUIRES(mu_);
@@ -551,7 +551,6 @@ class FileSystem : public CommitPort, public TierPort {
   // A run-level file at key's path will be uploaded to key: the key's
   // queued deletion waits, so the old object goes only by being replaced.
   bool RunFileWillReplaceLocked(const std::string& key) REQUIRES(mu_);
-  void ForgetRunFileWaitLocked(uint64_t ino) REQUIRES(mu_) { run_file_waits_.erase(ino); }
   // Before a non-resident file that is not sealed (a run-level file shown
   // by a cold mount) is opened for writing or truncated: fetches every byte
   // and marks it resident, releasing mu_ meanwhile, so writes never mix
@@ -663,20 +662,7 @@ class FileSystem : public CommitPort, public TierPort {
 
   // Remote tier state (filesystem_tiering.cc).
   TierHooks* tier_ = nullptr;
-  std::map<uint64_t, UploadRecord> uploads_ GUARDED_BY(mu_);  // mirrors kUploads
-  std::unordered_map<std::string, uint64_t> object_keys_ GUARDED_BY(mu_);  // key -> ino of live objects
-  std::unordered_map<std::string, int> claimed_keys_ GUARDED_BY(mu_);
-  // Queued run-level uploads: the version (size, mtime) and run directory
-  // the wait was taken for and the step inos it waits for; a newer version,
-  // or the file in another run, waits anew.
-  struct RunFileWait {
-    uint64_t size = 0;
-    int64_t mtime_ns = 0;
-    uint64_t run = 0;
-    std::vector<uint64_t> steps;
-  };
-  std::unordered_map<uint64_t, RunFileWait> run_file_waits_ GUARDED_BY(mu_);
-  std::set<uint64_t> run_dirs_ GUARDED_BY(mu_);  // as of the last QueueRunFileUploads
+  TierLedger ledger_ GUARDED_BY(mu_);  // uploads, objects, key claims, run-level files
 };
 
 }  // namespace ckptfs

@@ -76,7 +76,7 @@ std::string FileSystem::RenderMetricsLocked() {
   w.Sample("ckptfs_file_bytes", static_cast<double>(pinned), {{"state", "unpersisted"}});
   w.Sample("ckptfs_file_bytes", static_cast<double>(remote_only), {{"state", "remote_only"}});
   w.Family("ckptfs_upload_queue_files", "gauge", "Files queued for upload.");
-  w.Sample("ckptfs_upload_queue_files", static_cast<double>(uploads_.size()));
+  w.Sample("ckptfs_upload_queue_files", static_cast<double>(ledger_.uploads().size()));
 
   w.Family("ckptfs_events_total", "counter",
            "Events by kind since start (error, remote_error, commit_failed and broken are the errors).");

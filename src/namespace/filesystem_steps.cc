@@ -427,7 +427,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
     }
     // Uploads of everything not yet uploaded where it is now, in the
     // commit's own batch (SPEC section 3).
-    if (options_.remote && !uploads_.count(file.ino) &&
+    if (options_.remote && !ledger_.IsQueued(file.ino) &&
         !ObjectIsCurrent(*inode, plan.step_path + "/" + file.path)) {
       QueueUploadLocked(inode, &batch);
     }

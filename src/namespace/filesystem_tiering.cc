@@ -78,11 +78,11 @@ bool FileSystem::HoldsStepLocked(const Inode& dir) const {
 
 bool FileSystem::IsRunFileLocked(const Inode& inode) const {
   // Hard-linked files have more than one path, so no natural key.
-  return inode.is_reg() && inode.rec.nlink == 1 && run_dirs_.count(inode.rec.parent) &&
+  return inode.is_reg() && inode.rec.nlink == 1 && ledger_.IsRunDir(inode.rec.parent) &&
          !IsCkptfsName(inode.name);
 }
 
-FileSystem::RunFileWait FileSystem::RunFileWaitLocked(const Inode& file) {
+RunFileWait FileSystem::RunFileWaitLocked(const Inode& file) {
   RunFileWait wait{file.rec.size, VersionMtime(file), file.rec.parent, {}};
   // Changed before this daemon started (queued before a restart, or its
   // queue entry lost with a power cut): it waits for every step not
@@ -102,17 +102,17 @@ FileSystem::RunFileWait FileSystem::RunFileWaitLocked(const Inode& file) {
 
 bool FileSystem::RunFileReadyLocked(Inode* inode) {
   if (inode->open_writers > 0) return false;
-  auto it = run_file_waits_.find(inode->rec.ino);
-  if (it == run_file_waits_.end()) {
-    it = run_file_waits_.emplace(inode->rec.ino, RunFileWaitLocked(*inode)).first;  // loaded at start
-  } else if (!SameVersion(*inode, it->second.size, it->second.mtime_ns) || it->second.run != inode->rec.parent) {
+  RunFileWait* wait = ledger_.FindRunFileWait(inode->rec.ino);
+  if (!wait) {
+    wait = &ledger_.SetRunFileWait(inode->rec.ino, RunFileWaitLocked(*inode));  // loaded at start
+  } else if (!SameVersion(*inode, wait->size, wait->mtime_ns) || wait->run != inode->rec.parent) {
     // Changed since the wait was taken without a close that queued it
     // (truncated, touched), or moved to another run: it waits anew.
-    it->second = RunFileWaitLocked(*inode);
+    *wait = RunFileWaitLocked(*inode);
   }
   // A step it waits for is done once persisted or no longer in the run (a
   // step that turned incomplete or broken keeps it waiting until it goes).
-  std::vector<uint64_t>& steps = it->second.steps;
+  std::vector<uint64_t>& steps = wait->steps;
   steps.erase(std::remove_if(steps.begin(), steps.end(),
                              [&](uint64_t step) {
                                mu_.AssertHeld();  // runs inside this call, under the lock
@@ -127,7 +127,7 @@ bool FileSystem::RunFileReadyLocked(Inode* inode) {
 
 std::set<std::string> FileSystem::RunsWithReadyRunFilesLocked() {
   std::set<std::string> out;
-  for (const auto& [ino, rec] : uploads_) {
+  for (const auto& [ino, rec] : ledger_.uploads()) {
     Inode* inode = inodes_.Find(ino);
     if (!inode || !IsRunFileLocked(*inode)) continue;
     if (RunFileReadyLocked(inode)) out.insert(inodes_.PathOf(inode->rec.parent));
@@ -158,7 +158,7 @@ void FileSystem::LoadTierState(Status* decode_error) {
       return false;
     }
     if (Inode* inode = inodes_.Find(*ino)) {
-      object_keys_[rec->key] = *ino;
+      ledger_.SetObjectOwner(rec->key, *ino);
       inode->object = std::move(rec).value();
     }
     return true;
@@ -173,7 +173,7 @@ void FileSystem::LoadTierState(Status* decode_error) {
       *decode_error = ino.ok() ? rec.status() : ino.status();
       return false;
     }
-    uploads_[*ino] = std::move(rec).value();
+    ledger_.LoadUpload(*ino, std::move(rec).value());
     return true;
   });
   if (!st.ok()) *decode_error = st;
@@ -190,31 +190,25 @@ void FileSystem::QueueUploadLocked(Inode* inode, ManifestBatch* batch) {
     // Outside steps only run-level files go to the remote. This version may
     // name any step not finished now: it waits for them (RunFileReadyLocked).
     if (!IsRunFileLocked(*inode)) return;
-    run_file_waits_[inode->rec.ino] = RunFileWaitLocked(*inode);
+    ledger_.SetRunFileWait(inode->rec.ino, RunFileWaitLocked(*inode));
   }
-  UploadRecord& rec = uploads_[inode->rec.ino];
-  rec.size = inode->rec.size;
-  rec.mtime_ns = VersionMtime(*inode);
-  batch->Put(KeySpace::kUploads, InoKey(inode->rec.ino), EncodeUpload(rec));
+  ledger_.QueueUpload(inode->rec.ino, inode->rec.size, VersionMtime(*inode), batch);
   if (tier_) tier_->UploadsQueued();
 }
 
 void FileSystem::QueueRemoteDeleteLocked(const std::string& key, bool commit_object,
                                          ManifestBatch* batch) {
-  if (!commit_object && object_keys_.count(key)) return;  // a live file's object
-  batch->Put(KeySpace::kRemoteGc, RemoteGcKey(key, commit_object), "");
+  ledger_.QueueRemoteDelete(key, commit_object, batch);
 }
 
 void FileSystem::ForgetObjectLocked(Inode* inode, ManifestBatch* batch) {
   if (!inode->is_reg()) return;
   ForgetChecksumLocked(inode, batch);
   const uint64_t ino = inode->rec.ino;
-  if (uploads_.erase(ino)) batch->Delete(KeySpace::kUploads, InoKey(ino));
-  ForgetRunFileWaitLocked(ino);
+  ledger_.Dequeue(ino, batch);
   if (tier_) tier_->Forget(ino);
   if (!inode->object) return;
-  auto it = object_keys_.find(inode->object->key);
-  if (it != object_keys_.end() && it->second == ino) object_keys_.erase(it);
+  ledger_.ForgetObject(inode->object->key, ino);
   batch->Delete(KeySpace::kObjects, InoKey(ino));
   QueueRemoteDeleteLocked(inode->object->key, false, batch);
   inode->object.reset();
@@ -271,20 +265,18 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
   MutexLock lock(&mu_);
   std::vector<UploadJob> out;
   ManifestBatch drop;
-  for (auto it = uploads_.begin(); it != uploads_.end() && out.size() < max;) {
+  std::vector<uint64_t> gone;
+  for (auto it = ledger_.uploads().begin(); it != ledger_.uploads().end() && out.size() < max; ++it) {
     const uint64_t ino = it->first;
     Inode* inode = inodes_.Find(ino);
     const bool in_step = inode && steps_.StepOf(inodes_, inode->rec.parent) != 0;
     const bool run_file = inode && !in_step && IsRunFileLocked(*inode);
     if (!inode || inode->rec.nlink == 0 || !inode->is_reg() || (!in_step && !run_file)) {
       // Gone, or moved out of every step and run directory: nothing to upload.
-      drop.Delete(KeySpace::kUploads, InoKey(ino));
-      ForgetRunFileWaitLocked(ino);
-      it = uploads_.erase(it);
+      gone.push_back(ino);
       continue;
     }
     if (busy.count(ino) || inode->open_writers > 0 || (run_file && !RunFileReadyLocked(inode))) {
-      ++it;
       continue;
     }
     UploadJob job;
@@ -302,26 +294,26 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
       job.expected_crc32c = inode->object->crc32c;
     }
     out.push_back(std::move(job));
-    ++it;
   }
+  for (uint64_t ino : gone) ledger_.Dequeue(ino, &drop);
   (void)Apply(drop, false);
   return out;
 }
 
 Status FileSystem::NoteMultipartStarted(const UploadJob& job, const std::string& upload_id) {
   MutexLock lock(&mu_);
-  auto it = uploads_.find(job.ino);
-  if (it == uploads_.end()) return Status::Ok();
-  it->second.upload_id = upload_id;
-  it->second.upload_key = job.key;
+  UploadRecord* rec = ledger_.FindUpload(job.ino);
+  if (!rec) return Status::Ok();
+  rec->upload_id = upload_id;
+  rec->upload_key = job.key;
   ManifestBatch batch;
-  batch.Put(KeySpace::kUploads, InoKey(job.ino), EncodeUpload(it->second));
+  ledger_.PutUpload(job.ino, &batch);
   return Apply(batch, false);
 }
 
 void FileSystem::ClaimKey(const std::string& key) {
   MutexLock lock(&mu_);
-  claimed_keys_[key]++;
+  ledger_.Claim(key);
   ManifestBatch batch;
   batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, false));
   batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, true));
@@ -330,16 +322,13 @@ void FileSystem::ClaimKey(const std::string& key) {
 
 void FileSystem::ReleaseKey(const std::string& key) {
   MutexLock lock(&mu_);
-  auto it = claimed_keys_.find(key);
-  if (it != claimed_keys_.end() && --it->second <= 0) claimed_keys_.erase(it);
+  ledger_.Release(key);
 }
 
 Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t chunk_size,
                                 std::vector<uint32_t> chunk_crcs) {
   MutexLock lock(&mu_);
-  if (auto it = claimed_keys_.find(job.key); it != claimed_keys_.end() && --it->second <= 0) {
-    claimed_keys_.erase(it);
-  }
+  ledger_.Release(job.key);
   ManifestBatch batch;
   Inode* inode = inodes_.Find(job.ino);
   if (!inode || inode->rec.nlink == 0 || !inode->is_reg()) {
@@ -352,7 +341,7 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
     // Written or moved meanwhile: the file stays queued; an object left at
     // an old path is nobody's.
     if (path != job.key) QueueRemoteDeleteLocked(job.key, false, &batch);
-    if (!uploads_.count(job.ino)) QueueUploadLocked(inode, &batch);
+    if (!ledger_.IsQueued(job.ino)) QueueUploadLocked(inode, &batch);
     return Apply(batch, false);
   }
   if (inode->checksum && inode->checksum->size == job.size && inode->checksum->mtime_ns == job.mtime_ns &&
@@ -378,14 +367,13 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
   rec.resident = !inode->object || inode->object->resident;
   if (inode->object && inode->object->key != job.key) {
     const std::string old_key = inode->object->key;
-    object_keys_.erase(old_key);
+    ledger_.ForgetObjectKey(old_key);
     QueueRemoteDeleteLocked(old_key, false, &batch);
   }
   inode->object = rec;
-  object_keys_[rec.key] = job.ino;
+  ledger_.SetObjectOwner(rec.key, job.ino);
   batch.Put(KeySpace::kObjects, InoKey(job.ino), EncodeObject(rec));
-  if (uploads_.erase(job.ino)) batch.Delete(KeySpace::kUploads, InoKey(job.ino));
-  ForgetRunFileWaitLocked(job.ino);
+  ledger_.Dequeue(job.ino, &batch);
   return Apply(batch, false);
 }
 
@@ -405,14 +393,14 @@ void FileSystem::CollectTree(Inode* dir, const std::string& prefix, CommitObject
         *complete = false;
         // Not uploaded where it is now and not queued (moved before the
         // step was committed): queue it.
-        if (!uploads_.count(child->rec.ino)) {
+        if (!ledger_.IsQueued(child->rec.ino)) {
           ManifestBatch batch;
           QueueUploadLocked(child, &batch);
           (void)Apply(batch, false);
         }
         continue;
       }
-      if (uploads_.count(child->rec.ino)) *complete = false;
+      if (ledger_.IsQueued(child->rec.ino)) *complete = false;
       CommitObject::File file{rel, child->rec.size, child->object->crc32c, child->rec.mode & 07777,
                               VersionMtime(*child), {}};
       // One chunk size per commit object: a file recorded with another one
@@ -452,9 +440,7 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
 
 Status FileSystem::MarkPersisted(const PersistJob& job) {
   MutexLock lock(&mu_);
-  if (auto it = claimed_keys_.find(job.key); it != claimed_keys_.end() && --it->second <= 0) {
-    claimed_keys_.erase(it);
-  }
+  ledger_.Release(job.key);
   ManifestBatch batch;
   auto it = steps_.find(job.step_ino);
   if (it == steps_.end() || it->second.state != StepState::kCommitted ||
@@ -469,7 +455,7 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
   StepBook::Put(job.step_ino, rec, &batch);
   EmitStepEvent("persisted", job.step_ino, rec);
   // Run-level files waiting for this step may go now.
-  if (tier_ && !run_file_waits_.empty()) tier_->UploadsQueued();
+  if (tier_ && ledger_.AnyRunFileWaits()) tier_->UploadsQueued();
   // The newest persisted step may have been all that kept an older one
   // (SPEC section 5's safety rule): retention looks again, in this batch.
   if (Inode* dir = inodes_.Find(job.step_ino)) ApplyRetentionLocked(dir->rec.parent, &batch);
@@ -492,12 +478,12 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
       mu_.AssertHeld();  // the scan runs inside this call, under the lock
       const std::string key(RemoteGcObjectKey(k));
       std::string step_path;
-      if (claimed_keys_.count(key) ||
+      if (ledger_.IsClaimed(key) ||
           (commit && IsCommitObjectKey(key, &step_path) && runs_uploading.count(ParentPath(step_path)))) {
         claimed_commit |= commit;
         return true;  // an upload or commit object in flight: later
       }
-      if (!commit && object_keys_.count(key)) {
+      if (!commit && ledger_.IsLiveObject(key)) {
         drop.Delete(KeySpace::kRemoteGc, std::string(k));  // a live file's object now
         return true;
       }
@@ -758,7 +744,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     }
     rec.resident = f.size == 0;
     inode->object = rec;
-    object_keys_[rec.key] = inode->rec.ino;
+    ledger_.SetObjectOwner(rec.key, inode->rec.ino);
     batch.Put(KeySpace::kObjects, InoKey(inode->rec.ino), EncodeObject(rec));
   }
   for (const auto& s : obj.symlinks) {
@@ -813,20 +799,21 @@ void FileSystem::QueueRunFileUploads() {
   if (!options_.remote) return;
   // Run directories are the parents of steps. A directory inside a step
   // is not one: its files are the step's.
-  run_dirs_.clear();
+  std::set<uint64_t> run_dirs;
   for (const auto& [ino, rec] : steps_) {
     Inode* step = inodes_.Find(ino);
-    if (step && step->rec.parent != 0 && steps_.StepOf(inodes_, step->rec.parent) == 0) run_dirs_.insert(step->rec.parent);
+    if (step && step->rec.parent != 0 && steps_.StepOf(inodes_, step->rec.parent) == 0) run_dirs.insert(step->rec.parent);
   }
+  ledger_.SetRunDirs(std::move(run_dirs));
   ManifestBatch batch;
-  for (uint64_t run : run_dirs_) {
+  for (uint64_t run : ledger_.run_dirs()) {
     Inode* dir = inodes_.Find(run);
     if (!dir) continue;
     const std::string base = inodes_.PathOf(run);
     for (const auto& [name, dent] : dir->children) {
       Inode* file = inodes_.Find(dent.ino);
       // Open for writing: its last close queues it.
-      if (!file || !IsRunFileLocked(*file) || file->open_writers > 0 || uploads_.count(dent.ino)) continue;
+      if (!file || !IsRunFileLocked(*file) || file->open_writers > 0 || ledger_.IsQueued(dent.ino)) continue;
       if (!ObjectIsCurrent(*file, ChildKey(base, name))) QueueUploadLocked(file, &batch);
     }
   }
@@ -849,7 +836,7 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
     Inode* dir = dir_ino ? inodes_.Find(dir_ino) : nullptr;
     if (!dir || !HoldsStepLocked(*dir) || steps_.StepOf(inodes_, dir_ino) != 0) continue;
     if (dir->children.count(name)) continue;   // local wins
-    if (object_keys_.count(obj.key)) continue;  // a live file's object (the file moved)
+    if (ledger_.IsLiveObject(obj.key)) continue;  // a live file's object (the file moved)
     auto queued = manifest_->Get(KeySpace::kRemoteGc, RemoteGcKey(obj.key, false));
     if (!queued.ok()) {
       failed = queued.status();
@@ -872,7 +859,7 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
     rec.crc_known = false;  // a listing says nothing of the contents: fetches are not verified
     rec.resident = obj.size == 0;
     file->object = rec;
-    object_keys_[rec.key] = file->rec.ino;
+    ledger_.SetObjectOwner(rec.key, file->rec.ino);
     batch.Put(KeySpace::kObjects, InoKey(file->rec.ino), EncodeObject(rec));
     imported++;
   }
@@ -925,7 +912,7 @@ FileSystem::UploadProgress FileSystem::ProgressLocked(uint64_t step_ino) {
     if (!f) continue;
     p.files_total++;
     p.bytes_total += f->rec.size;
-    if (ObjectIsCurrent(*f, base + "/" + rel) && !uploads_.count(ino)) {
+    if (ObjectIsCurrent(*f, base + "/" + rel) && !ledger_.IsQueued(ino)) {
       p.files_done++;
       p.bytes_done += f->rec.size;
     }
