@@ -27,7 +27,22 @@ FileSystem::FileSystem(FileSystemOptions options, StepPattern pattern,
       start_time_(clock->Now()),
       journal_(manifest_.get(), clock, events),
       reserve_(std::make_unique<MetadataReserve>(options_.metadata_reserve, data_.get(), clock)),
-      full_views_(std::make_unique<FullViewCache>()) {}
+      full_views_(std::make_unique<FullViewCache>()),
+      control_nodes_(MakeControlNodes(this)),
+      full_view_nodes_(MakeFullViewNodes(this)) {}
+
+VirtualNodes* FileSystem::VirtualNodesFor(uint64_t ino) const {
+  switch (KindOf(ino)) {
+    case NodeKind::kReal:
+      return nullptr;
+    case NodeKind::kControl:
+    case NodeKind::kLatestLink:
+      return control_nodes_.get();
+    case NodeKind::kFullView:
+      return full_view_nodes_.get();
+  }
+  return nullptr;
+}
 
 FileSystem::~FileSystem() {
   // Persist sizes of files still open so a clean stop loses no metadata.

@@ -48,11 +48,13 @@
 #include "manifest/manifest_store.h"
 #include "manifest/schema.h"
 #include "namespace/inode.h"
+#include "namespace/fs_types.h"
 #include "namespace/inode_table.h"
 #include "namespace/commit_port.h"
 #include "namespace/manifest_journal.h"
 #include "namespace/step_book.h"
 #include "namespace/tier_port.h"
+#include "namespace/virtual_nodes.h"
 #include "namespace/tier_hooks.h"
 #include "namespace/tier_ledger.h"
 #include "retention/retention_planner.h"
@@ -106,66 +108,6 @@ struct FileSystemOptions {
   // Shown in status.json.
   std::string mountpoint;
   std::string cache_dir;
-};
-
-// Inode numbers of things that are not in the manifest.
-inline constexpr uint64_t kVirtualBit = 1ULL << 63;
-inline constexpr uint64_t kControlDirIno = kVirtualBit | 1;
-inline constexpr uint64_t kStatusFileIno = kVirtualBit | 2;
-inline constexpr uint64_t kEventsFileIno = kVirtualBit | 3;
-inline constexpr uint64_t kMetricsFileIno = kVirtualBit | 4;
-inline constexpr uint64_t kLatestBit = 1ULL << 62;  // kLatestBit | run dir ino
-// `.full/` views: kFullViewBit | (format root dir ino << 24) | view node
-// (filesystem_full.cc). Rebuilding a view gives the same node numbers, so
-// these stay valid while the step exists.
-inline constexpr uint64_t kFullViewBit = 1ULL << 61;
-inline constexpr int kFullNodeBits = 24;
-inline constexpr const char* kControlDirName = ".ckptfs";
-inline constexpr const char* kLatestName = "latest";
-// "off" on a run directory: no virtual `latest` link there (set by `rm
-// latest` on the link; "on" or removing the xattr brings it back).
-inline constexpr const char* kLatestLinkXattr = "user.ckptfs.latest_link";
-
-struct Entry {
-  uint64_t ino = 0;
-  struct stat attr {};
-  double entry_timeout = 0;
-  double attr_timeout = 0;
-};
-
-struct Attr {
-  struct stat attr {};
-  double timeout = 0;
-};
-
-struct DirEntry {
-  std::string name;
-  uint64_t ino = 0;
-  uint32_t mode = 0;  // type bits
-  uint64_t next_offset = 0;
-};
-
-// What a setattr call asks to change (FUSE_SET_ATTR_* flags, decoded).
-struct SetAttrRequest {
-  std::optional<uint32_t> mode;
-  std::optional<uint32_t> uid;
-  std::optional<uint32_t> gid;
-  std::optional<uint64_t> size;
-  std::optional<timespec> atime;
-  std::optional<timespec> mtime;
-  bool atime_now = false;
-  bool mtime_now = false;
-};
-
-// Who asks. The kernel has already applied the umask to modes (we do not ask
-// for FUSE_CAP_DONT_MASK) and checked permissions (default_permissions).
-struct Caller {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  uint32_t pid = 0;  // 0 = unknown (not a process of this machine's namespace)
-  // Supplementary groups: filled only where the daemon checks permissions
-  // itself (opening /.ckptfs control files; see FileSystem::NeedsGroups).
-  std::vector<uint32_t> groups;
 };
 
 // What asked for a step's commit (SPEC section 3's triggers). The commit
@@ -233,11 +175,7 @@ class FileSystem : public CommitPort, public TierPort {
   Result<struct statvfs> StatFs();
 
   // --- file I/O (filesystem_io.cc)
-  struct Opened {
-    FileHandle* fh = nullptr;
-    bool keep_cache = false;  // sealed data never changes: keep the page cache
-    bool direct_io = false;   // generated control files
-  };
+  using Opened = ckptfs::Opened;
   // pid: the opening process (0 = unknown), for the commit's session.
   // who: the opener; /.ckptfs/status.json and events show it only the steps
   // and events whose paths it could look up itself (nullptr: everything,
@@ -571,9 +509,6 @@ class FileSystem : public CommitPort, public TierPort {
 
   // `.full/` views (filesystem_full.cc). Entry points call these before
   // taking mu_: building a view reads the checkpoint's metadata.
-  static bool IsFullIno(uint64_t ino) {
-    return (ino & (kVirtualBit | kLatestBit | kFullViewBit)) == kFullViewBit;
-  }
   // nullopt: not a `.full` name here (a real entry, not a committed
   // checkpoint directory); the ordinary lookup goes on.
   std::optional<Result<Entry>> LookupFullDir(uint64_t parent);
@@ -599,11 +534,14 @@ class FileSystem : public CommitPort, public TierPort {
   Result<size_t> ReadBacking(FileHandle* fh, void* buf, size_t n, uint64_t offset);
   friend class FsShardReader;
 
-  // Virtual nodes (filesystem_virtual.cc).
-  bool IsVirtual(uint64_t ino) const { return (ino & (kVirtualBit | kLatestBit | kFullViewBit)) != 0; }
-  static bool IsLatestLinkIno(uint64_t ino) {
-    return (ino & (kVirtualBit | kLatestBit | kFullViewBit)) == kLatestBit;
-  }
+  // Virtual nodes (virtual_nodes.h). VirtualNodesFor is the one routing
+  // point: the nodes that serve ino, nullptr for a real inode. Changes to a
+  // virtual node are refused before routing (NotPermittedVirtual, EROFS).
+  class ControlNodes;   // filesystem_virtual.cc: /.ckptfs, its files, `latest` links
+  class FullViewNodes;  // filesystem_full.cc: `.full/` views
+  static std::unique_ptr<VirtualNodes> MakeControlNodes(FileSystem* fs);
+  static std::unique_ptr<VirtualNodes> MakeFullViewNodes(FileSystem* fs);
+  VirtualNodes* VirtualNodesFor(uint64_t ino) const;
   static Status NotPermittedVirtual() {
     return Status::Error(EPERM, "ckptfs control entries and 'latest' links are managed by ckptfs");
   }
@@ -657,6 +595,8 @@ class FileSystem : public CommitPort, public TierPort {
 
   FsMetrics metrics_;
   std::unique_ptr<FullViewCache> full_views_;
+  const std::unique_ptr<VirtualNodes> control_nodes_;
+  const std::unique_ptr<VirtualNodes> full_view_nodes_;
   std::atomic<int> open_writers_total_{0};
   std::atomic<int64_t> last_save_activity_ns_{0};
 

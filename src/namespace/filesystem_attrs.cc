@@ -38,24 +38,20 @@ bool IsStepXattrName(const std::string& name) {
 }  // namespace
 
 Result<Attr> FileSystem::GetAttr(uint64_t ino) {
-  if (IsFullIno(ino)) return GetAttrFull(ino);
+  if (VirtualNodes* v = VirtualNodesFor(ino)) return v->GetAttr(ino);
   MutexLock lock(&mu_);
-  if (IsVirtual(ino)) return GetAttrVirtual(ino);
   Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   return Attr{StatOf(*inode), options_.attr_timeout};
 }
 
 Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHandle* fh) {
+  // A run's virtual `latest` link has no metadata of its own (it shows its
+  // run directory's owner): chown -h, touch -h and chown -R/chmod -R of the
+  // run succeed on it and change nothing, as Linux ignores a symlink's mode.
+  if (KindOf(ino) == NodeKind::kLatestLink && !req.size) return VirtualNodesFor(ino)->GetAttr(ino);
+  if (!IsRealIno(ino)) return NotPermittedVirtual();
   MutexLock lock(&mu_);
-  if (IsLatestLinkIno(ino)) {
-    // A run's virtual `latest` link has no metadata of its own (it shows its
-    // run directory's owner): chown -h, touch -h and chown -R/chmod -R of the
-    // run succeed on it and change nothing, as Linux ignores a symlink's mode.
-    if (req.size) return NotPermittedVirtual();
-    return GetAttrVirtual(ino);
-  }
-  if (IsVirtual(ino)) return NotPermittedVirtual();
   if (req.size) WaitUntilNotCommitting(lock, ino);
   if (req.size) CKPTFS_RETURN_IF_ERROR(MakeLocalForWriteLocked(lock, ino));  // remote-only run-level files
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
@@ -104,9 +100,8 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
 }
 
 Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) {
-  if (IsFullIno(ino)) return GetXattrFull(ino, name);
+  if (VirtualNodes* v = VirtualNodesFor(ino)) return v->GetXattr(ino, name);
   MutexLock lock(&mu_);
-  if (IsVirtual(ino)) return Status::Error(ENODATA, "no such attribute");
   if (!inodes_.Find(ino)) return Status::Error(ENOENT, "no such inode");
   if (auto v = StepXattr(ino, name)) return *v;
   Inode* inode = inodes_.Find(ino);
@@ -131,9 +126,8 @@ Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) 
 }
 
 Result<std::vector<std::string>> FileSystem::ListXattr(uint64_t ino) {
-  if (IsFullIno(ino)) return ListXattrFull(ino);
+  if (VirtualNodes* v = VirtualNodesFor(ino)) return v->ListXattr(ino);
   MutexLock lock(&mu_);
-  if (IsVirtual(ino)) return std::vector<std::string>{};
   Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   std::vector<std::string> names;
@@ -159,7 +153,7 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
     return CommitAndWait(ino);
   }
   MutexLock lock(&mu_);
-  if (IsVirtual(ino)) return NotPermittedVirtual();
+  if (!IsRealIno(ino)) return NotPermittedVirtual();
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
@@ -192,7 +186,7 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
 
 Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
   MutexLock lock(&mu_);
-  if (IsVirtual(ino)) return NotPermittedVirtual();
+  if (!IsRealIno(ino)) return NotPermittedVirtual();
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");

@@ -16,7 +16,7 @@ constexpr size_t kSymlinkMax = 4095;
 
 Result<Inode*> FileSystem::PrepareNewEntry(MutexLock& lock, uint64_t parent,
                                            const std::string& name) {
-  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  if (!IsRealIno(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommitting(lock, parent);
   auto dir = inodes_.FindDir(parent);
   if (!dir.ok()) return dir.status();
@@ -36,12 +36,11 @@ Result<Inode*> FileSystem::PrepareNewEntry(MutexLock& lock, uint64_t parent,
 
 Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
   if (name.size() > 255) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
-  if (IsFullIno(parent)) return LookupInFull(parent, name);
+  if (VirtualNodes* v = VirtualNodesFor(parent)) return v->Lookup(parent, name);
   if (name == kFullDirName) {
     if (std::optional<Result<Entry>> full = LookupFullDir(parent)) return *full;
   }
   MutexLock lock(&mu_);
-  if (IsVirtual(parent)) return LookupVirtual(parent, name);
   auto dir = inodes_.FindDir(parent);
   if (!dir.ok()) return dir.status();
   auto it = (*dir)->children.find(name);
@@ -55,7 +54,7 @@ Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
 
 void FileSystem::Forget(uint64_t ino, uint64_t nlookup) {
   MutexLock lock(&mu_);
-  if (IsVirtual(ino)) return;
+  if (!IsRealIno(ino)) return;
   Inode* inode = inodes_.Find(ino);
   if (!inode) return;
   inode->lookups = nlookup > inode->lookups ? 0 : inode->lookups - nlookup;
@@ -117,7 +116,7 @@ Result<Entry> FileSystem::Symlink(const Caller& c, uint64_t parent, const std::s
 
 Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name) {
   MutexLock lock(&mu_);
-  if (IsVirtual(ino)) return NotPermittedVirtual();
+  if (!IsRealIno(ino)) return NotPermittedVirtual();
   auto dir = PrepareNewEntry(lock, new_parent, new_name);
   if (!dir.ok()) return dir.status();
   Inode* inode = inodes_.Find(ino);
@@ -136,7 +135,7 @@ Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::str
 
 Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
   MutexLock lock(&mu_);
-  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  if (!IsRealIno(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommitting(lock, parent);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   auto dir = inodes_.FindDir(parent);
@@ -164,7 +163,7 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
 
 Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   MutexLock lock(&mu_);
-  if (IsVirtual(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
+  if (!IsRealIno(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommitting(lock, parent);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   auto dir = inodes_.FindDir(parent);
@@ -213,7 +212,7 @@ Status FileSystem::TurnOffLatestLinkLocked(Inode* run) {
 
 Result<std::string> FileSystem::Readlink(uint64_t ino) {
   MutexLock lock(&mu_);
-  if (ino & kLatestBit && !(ino & kVirtualBit)) {
+  if (KindOf(ino) == NodeKind::kLatestLink) {
     const uint64_t run = ino & ~kLatestBit;
     const uint64_t step = VirtualLatestOf(run);
     if (step == 0) return Status::Error(ENOENT, "no committed step");
@@ -234,7 +233,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
     return Status::Error(EINVAL, "RENAME_NOREPLACE and RENAME_EXCHANGE together");
   }
   MutexLock lock(&mu_);
-  if (IsVirtual(parent) || IsVirtual(new_parent)) {
+  if (!IsRealIno(parent) || !IsRealIno(new_parent)) {
     return Status::Error(EXDEV, "cannot move into or out of the ckptfs control directory");
   }
   WaitUntilNotCommitting(lock, parent);
@@ -374,20 +373,9 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 }
 
 Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset, size_t max) {
-  if (IsFullIno(ino)) return ReaddirFull(ino, offset, max);
+  if (VirtualNodes* v = VirtualNodesFor(ino)) return v->Readdir(ino, offset, max);
   MutexLock lock(&mu_);
   std::vector<DirEntry> out;
-  if (ino == kControlDirIno) {
-    const std::pair<const char*, uint64_t> fixed[] = {
-        {".", kControlDirIno}, {"..", kRootIno}, {"status.json", kStatusFileIno}, {"events", kEventsFileIno},
-        {"metrics", kMetricsFileIno}};
-    for (uint64_t i = offset; i < 5 && out.size() < max; ++i) {
-      out.push_back(DirEntry{fixed[i].first, fixed[i].second,
-                             static_cast<uint32_t>(i < 2 ? S_IFDIR : S_IFREG), i + 1});
-    }
-    return out;
-  }
-  if (IsVirtual(ino)) return Status::Error(ENOTDIR, "not a directory");
   auto dir = inodes_.FindDir(ino);
   if (!dir.ok()) return dir.status();
   Inode* d = *dir;

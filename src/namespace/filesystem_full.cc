@@ -139,7 +139,7 @@ void FileSystem::ReportViewError(uint64_t ino, const std::string& path, const St
 std::optional<Result<Entry>> FileSystem::LookupFullDir(uint64_t parent) {
   {
     MutexLock lock(&mu_);
-    if (IsVirtual(parent)) return std::nullopt;
+    if (!IsRealIno(parent)) return std::nullopt;
     Inode* dir = inodes_.Find(parent);
     if (!dir || !dir->is_dir() || HasRealChild(dir, kFullDirName)) return std::nullopt;
   }
@@ -253,6 +253,46 @@ Result<std::vector<std::string>> FileSystem::ListXattrFull(uint64_t ino) {
   Result<std::shared_ptr<const FullView>> view = ViewOf(DirOf(ino));
   if (!view.ok()) return view.status();
   return (*view)->XattrNames(NodeOf(ino));
+}
+
+}  // namespace ckptfs
+
+namespace ckptfs {
+
+// `.full/` views: each call builds or reuses the view (reading the
+// checkpoint's metadata outside the namespace lock) and answers from it.
+class FileSystem::FullViewNodes final : public VirtualNodes {
+ public:
+  explicit FullViewNodes(FileSystem* fs) : fs_(fs) {}
+
+  Result<Entry> Lookup(uint64_t parent, const std::string& name) override {
+    return fs_->LookupInFull(parent, name);
+  }
+  Result<Attr> GetAttr(uint64_t ino) override { return fs_->GetAttrFull(ino); }
+  Result<std::vector<DirEntry>> Readdir(uint64_t ino, uint64_t offset, size_t max) override {
+    return fs_->ReaddirFull(ino, offset, max);
+  }
+  Status OpenDir(uint64_t ino) override {
+    Result<Attr> attr = fs_->GetAttrFull(ino);
+    if (!attr.ok()) return attr.status();
+    return S_ISDIR(attr->attr.st_mode) ? Status::Ok() : Status::Error(ENOTDIR, "not a directory");
+  }
+  Result<Opened> Open(uint64_t ino, int flags, const Caller*) override {
+    return fs_->OpenFull(ino, flags);
+  }
+  Result<std::string> GetXattr(uint64_t ino, const std::string& name) override {
+    return fs_->GetXattrFull(ino, name);
+  }
+  Result<std::vector<std::string>> ListXattr(uint64_t ino) override {
+    return fs_->ListXattrFull(ino);
+  }
+
+ private:
+  FileSystem* const fs_;
+};
+
+std::unique_ptr<VirtualNodes> FileSystem::MakeFullViewNodes(FileSystem* fs) {
+  return std::make_unique<FullViewNodes>(fs);
 }
 
 }  // namespace ckptfs

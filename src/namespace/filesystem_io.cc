@@ -17,16 +17,8 @@ bool WantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 }  // namespace
 
 Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_t pid, const Caller* who) {
-  if (IsFullIno(ino)) return OpenFull(ino, flags);
+  if (VirtualNodes* v = VirtualNodesFor(ino)) return v->Open(ino, flags, who);
   MutexLock lock(&mu_);
-  if (ino == kStatusFileIno || ino == kEventsFileIno || ino == kMetricsFileIno) {
-    if (WantsWrite(flags)) return Status::Error(EROFS, "ckptfs control files are read-only");
-    auto fh = std::make_unique<FileHandle>();
-    fh->ino = ino;
-    fh->content = RenderControlFile(ino, who);
-    return Opened{fh.release(), false, true};
-  }
-  if (IsVirtual(ino)) return Status::Error(EISDIR, "not a regular file");
   // libfuse negotiates atomic O_TRUNC: the kernel sends O_TRUNC with the open
   // instead of a separate truncate, and Linux truncates even O_RDONLY opens.
   const bool truncate = (flags & O_TRUNC) != 0;
@@ -305,14 +297,8 @@ Status FileSystem::Release(FileHandle* fh) {
 }
 
 Status FileSystem::OpenDir(uint64_t ino) {
-  if (IsFullIno(ino)) {
-    Result<Attr> attr = GetAttrFull(ino);
-    if (!attr.ok()) return attr.status();
-    return S_ISDIR(attr->attr.st_mode) ? Status::Ok() : Status::Error(ENOTDIR, "not a directory");
-  }
+  if (VirtualNodes* v = VirtualNodesFor(ino)) return v->OpenDir(ino);
   MutexLock lock(&mu_);
-  if (ino == kControlDirIno) return Status::Ok();
-  if (IsVirtual(ino)) return Status::Error(ENOTDIR, "not a directory");
   auto dir = inodes_.FindDir(ino);
   return dir.ok() ? Status::Ok() : dir.status();
 }

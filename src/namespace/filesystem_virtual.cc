@@ -4,6 +4,7 @@
 // caller (docs/operations.md, "Who sees what"): a user who could not look a
 // step's path up through the mount does not learn it from them either. They have short (zero) cache timeouts because
 // they change without the kernel's involvement.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "control/status_report.h"
 #include "namespace/access_check.h"
+#include "namespace/file_handle.h"
 #include "namespace/filesystem.h"
 
 namespace ckptfs {
@@ -29,7 +31,7 @@ Result<Entry> FileSystem::LookupVirtual(uint64_t parent, const std::string& name
     ino = kEventsFileIno;
   } else if (parent == kControlDirIno && name == "metrics") {
     ino = kMetricsFileIno;
-  } else if (!IsVirtual(parent) && name == kLatestName && VirtualLatestOf(parent) != 0) {
+  } else if (IsRealIno(parent) && name == kLatestName && VirtualLatestOf(parent) != 0) {
     ino = kLatestBit | parent;
   } else {
     return Status::Error(ENOENT, name + " does not exist");
@@ -228,6 +230,78 @@ std::optional<std::string> FileSystem::StepXattr(uint64_t ino, const std::string
   if (key == "error") return rec.error;
   if (key == "persisted") return std::string(rec.persisted ? "true" : "false");
   return std::nullopt;
+}
+
+}  // namespace ckptfs
+
+namespace ckptfs {
+
+// /.ckptfs, its generated files and the runs' `latest` links: served from
+// the in-memory image, under the namespace lock.
+class FileSystem::ControlNodes final : public VirtualNodes {
+ public:
+  explicit ControlNodes(FileSystem* fs) : fs_(fs) {}
+
+  Result<Entry> Lookup(uint64_t parent, const std::string& name) override {
+    MutexLock lock(&fs_->mu_);
+    return fs_->LookupVirtual(parent, name);
+  }
+
+  Result<Attr> GetAttr(uint64_t ino) override {
+    MutexLock lock(&fs_->mu_);
+    return fs_->GetAttrVirtual(ino);
+  }
+
+  Result<std::vector<DirEntry>> Readdir(uint64_t ino, uint64_t offset, size_t max) override {
+    if (ino != kControlDirIno) return Status::Error(ENOTDIR, "not a directory");
+    const std::pair<const char*, uint64_t> fixed[] = {{".", kControlDirIno},
+                                                      {"..", kRootIno},
+                                                      {"status.json", kStatusFileIno},
+                                                      {"events", kEventsFileIno},
+                                                      {"metrics", kMetricsFileIno}};
+    std::vector<DirEntry> out;
+    for (uint64_t i = offset; i < 5 && out.size() < max; ++i) {
+      out.push_back(DirEntry{fixed[i].first, fixed[i].second,
+                             static_cast<uint32_t>(i < 2 ? S_IFDIR : S_IFREG), i + 1});
+    }
+    return out;
+  }
+
+  Status OpenDir(uint64_t ino) override {
+    return ino == kControlDirIno ? Status::Ok() : Status::Error(ENOTDIR, "not a directory");
+  }
+
+  Result<Opened> Open(uint64_t ino, int flags, const Caller* who) override {
+    if (ino != kStatusFileIno && ino != kEventsFileIno && ino != kMetricsFileIno) {
+      return Status::Error(EISDIR, "not a regular file");
+    }
+    if ((flags & O_ACCMODE) != O_RDONLY) {
+      return Status::Error(EROFS, "ckptfs control files are read-only");
+    }
+    auto fh = std::make_unique<FileHandle>();
+    fh->ino = ino;
+    {
+      // Rendered once at open: a reader sees one consistent snapshot.
+      MutexLock lock(&fs_->mu_);
+      fh->content = fs_->RenderControlFile(ino, who);
+    }
+    return Opened{fh.release(), false, true};
+  }
+
+  Result<std::string> GetXattr(uint64_t, const std::string&) override {
+    return Status::Error(ENODATA, "no such attribute");
+  }
+
+  Result<std::vector<std::string>> ListXattr(uint64_t) override {
+    return std::vector<std::string>{};
+  }
+
+ private:
+  FileSystem* const fs_;
+};
+
+std::unique_ptr<VirtualNodes> FileSystem::MakeControlNodes(FileSystem* fs) {
+  return std::make_unique<ControlNodes>(fs);
 }
 
 }  // namespace ckptfs

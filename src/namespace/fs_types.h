@@ -1,0 +1,66 @@
+// The values FileSystem's POSIX face takes and returns: what the FUSE glue
+// decodes from requests and encodes into replies.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ckptfs {
+
+class FileHandle;
+
+struct Entry {
+  uint64_t ino = 0;
+  struct stat attr {};
+  double entry_timeout = 0;
+  double attr_timeout = 0;
+};
+
+struct Attr {
+  struct stat attr {};
+  double timeout = 0;
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // type bits
+  uint64_t next_offset = 0;
+};
+
+// What a setattr call asks to change (FUSE_SET_ATTR_* flags, decoded).
+struct SetAttrRequest {
+  std::optional<uint32_t> mode;
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<uint64_t> size;
+  std::optional<timespec> atime;
+  std::optional<timespec> mtime;
+  bool atime_now = false;
+  bool mtime_now = false;
+};
+
+// Who asks. The kernel has already applied the umask to modes (we do not ask
+// for FUSE_CAP_DONT_MASK) and checked permissions (default_permissions).
+struct Caller {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t pid = 0;  // 0 = unknown (not a process of this machine's namespace)
+  // Supplementary groups: filled only where the daemon checks permissions
+  // itself (opening /.ckptfs control files; see FileSystem::NeedsGroups).
+  std::vector<uint32_t> groups;
+};
+
+// An opened file: the handle the FUSE glue keeps in fuse_file_info.
+struct Opened {
+  FileHandle* fh = nullptr;
+  bool keep_cache = false;  // sealed data never changes: keep the page cache
+  bool direct_io = false;   // generated control files
+};
+
+}  // namespace ckptfs
