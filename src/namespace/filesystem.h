@@ -1,23 +1,27 @@
-// FileSystem: the whole namespace and checkpoint lifecycle, independent of
-// FUSE. Operations take inode numbers and names as the FUSE low-level API
-// does, and return values or a Status carrying the errno to reply with.
+// FileSystem: the namespace and checkpoint lifecycle, independent of FUSE.
+// Operations take inode numbers and names as the FUSE low-level API does,
+// and return values or a Status carrying the errno to reply with.
 //
 // The RocksDB manifest (ManifestStore) is the only source of truth for the
-// namespace; this class keeps an in-memory image of it, loaded at Open() and
-// changed under mu_ together with the manifest batch that records the change,
-// so the manifest's write order is the order in which changes happened.
-// File data goes to backing files in the DataStore, outside mu_.
+// namespace; FileSystem keeps an in-memory image of it, loaded at Open(), in
+// owners that each hold one piece (docs/architecture.md, "Inside the
+// namespace"): InodeTable (inodes, names, links), StepBook (steps, states,
+// commit requests), TierLedger (uploads, object keys, claims, run-level
+// files), ManifestJournal (writing batches, failures). All of them are
+// guarded by the one mutex mu_: an operation takes it, asks the owners, which
+// append their changes to one ManifestBatch, and writes that batch before
+// letting go, so the manifest's order is the order of changes. File data
+// goes to backing files in the DataStore, outside mu_.
 //
-// Checkpoint steps (SPEC section 3) live here too: which directories are
-// steps, their states and xattrs, the virtual `latest` symlinks and the
-// read-only control directory `.ckptfs`. The commit procedure itself is
-// CommitCoordinator's; it calls the step-control methods at the end.
+// Virtual nodes (/.ckptfs, `latest` links, `.full/` views) are routed at one
+// point, VirtualNodesFor(). The commit coordinator and the remote tier see
+// FileSystem only through CommitPort and TierPort.
 //
 // Thread safety: every public method may be called from any thread. mu_
-// guards the in-memory image; it is held around manifest writes but never
-// across I/O on file contents (read, write, fsync). Lock order: mu_ before
-// the CommitCoordinator's queue lock and the EventLog's lock (the commit
-// requester and event emission are called with mu_ held).
+// is never held across I/O on file contents (read, write, fsync). Lock
+// order: mu_ before the CommitCoordinator's queue lock, the EventLog's lock
+// and the remote tier's locks (the requesters, event emission and TierHooks
+// are called with mu_ held).
 #pragma once
 
 #include <sys/stat.h>
