@@ -91,7 +91,7 @@ CommitCoordinator::~CommitCoordinator() {
   steps_->SetCommitRequester(nullptr);
   steps_->SetIndexRequester(nullptr);
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(&queue_mu_);
     stopping_ = true;
   }
   queue_cv_.notify_all();
@@ -102,7 +102,7 @@ CommitCoordinator::~CommitCoordinator() {
 
 void CommitCoordinator::Request(uint64_t step_ino) {
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(&queue_mu_);
     if (stopping_ || !queued_.insert(step_ino).second) return;
     queue_.push_back(step_ino);
   }
@@ -111,7 +111,7 @@ void CommitCoordinator::Request(uint64_t step_ino) {
 
 void CommitCoordinator::RequestIndex(uint64_t file_ino, uint64_t session) {
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(&queue_mu_);
     if (stopping_) return;
     index_queue_.emplace_back(file_ino, session);
   }
@@ -129,7 +129,7 @@ void CommitCoordinator::DrainForTest() {
     uint64_t step = 0;
     std::optional<std::pair<uint64_t, uint64_t>> index;
     {
-      std::lock_guard<std::mutex> lock(queue_mu_);
+      MutexLock lock(&queue_mu_);
       if (!index_queue_.empty()) {
         index = index_queue_.front();
         index_queue_.pop_front();
@@ -150,34 +150,37 @@ void CommitCoordinator::DrainForTest() {
 }
 
 void CommitCoordinator::WorkerLoop() {
-  std::unique_lock<std::mutex> lock(queue_mu_);
+  MutexLock lock(&queue_mu_);
   for (;;) {
-    queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty() || !index_queue_.empty(); });
+    while (!stopping_ && queue_.empty() && index_queue_.empty()) lock.Wait(queue_cv_);
     if (stopping_) return;
     if (!index_queue_.empty()) {
       const auto [file, session] = index_queue_.front();
       index_queue_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       ReadIndex(file, session);
-      lock.lock();
+      lock.Lock();
       continue;
     }
     const uint64_t step = queue_.front();
     queue_.pop_front();
     queued_.erase(step);
-    lock.unlock();
+    lock.Unlock();
     Commit(step);
     steps_->FlushInvalidations();  // steps the commit's retention removed
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void CommitCoordinator::IdleLoop() {
-  std::unique_lock<std::mutex> lock(queue_mu_);
+  MutexLock lock(&queue_mu_);
   while (!stopping_) {
-    clock_->WaitFor(stop_cv_, lock, 1'000'000'000, [this] { return stopping_; });
+    lock.WaitFor(*clock_, stop_cv_, 1'000'000'000, [this] {
+      queue_mu_.AssertHeld();  // WaitFor calls it with the lock held
+      return stopping_;
+    });
     if (stopping_) return;
-    lock.unlock();
+    lock.Unlock();
     // A manifest that failed to take a write (full disk) is retried here
     // too, so writes resume once space is freed even if nobody writes.
     steps_->RetryManifest();
@@ -187,7 +190,7 @@ void CommitCoordinator::IdleLoop() {
     // amount per tick so a huge prune never starves the idle commits.
     auto collected = steps_->CollectGarbage(4096);
     if (!collected.ok()) std::fprintf(stderr, "ckptfs: garbage collection: %s\n", collected.status().ToString().c_str());
-    lock.lock();
+    lock.Lock();
   }
 }
 

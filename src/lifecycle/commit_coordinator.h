@@ -24,12 +24,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 
 #include "common/clock.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "data/data_store.h"
 #include "namespace/commit_port.h"
 
@@ -58,20 +59,22 @@ class CommitCoordinator {
   CommitCoordinator(CommitPort* steps, DataStore* data, const Clock* clock, bool threads);
   void WorkerLoop();
   void IdleLoop();
-  void Commit(uint64_t step_ino);
-  void ReadIndex(uint64_t file_ino, uint64_t session);
+  // Both call into the CommitPort, which may call Request back (it takes
+  // queue_mu_): never with queue_mu_ held.
+  void Commit(uint64_t step_ino) EXCLUDES(queue_mu_);
+  void ReadIndex(uint64_t file_ino, uint64_t session) EXCLUDES(queue_mu_);
 
   CommitPort* const steps_;
   DataStore* const data_;
   const Clock* const clock_;
-  std::mutex queue_mu_;
+  Mutex queue_mu_;
   std::condition_variable queue_cv_;  // the worker waits here for requests
   std::condition_variable stop_cv_;   // the idle thread sleeps here between scans
-  std::deque<uint64_t> queue_;    // GUARDED_BY(queue_mu_)
-  std::set<uint64_t> queued_;     // GUARDED_BY(queue_mu_)
+  std::deque<uint64_t> queue_ GUARDED_BY(queue_mu_);
+  std::set<uint64_t> queued_ GUARDED_BY(queue_mu_);
   // Index files to read, with the session of their writer.
-  std::deque<std::pair<uint64_t, uint64_t>> index_queue_;  // GUARDED_BY(queue_mu_)
-  bool stopping_ = false;         // GUARDED_BY(queue_mu_)
+  std::deque<std::pair<uint64_t, uint64_t>> index_queue_ GUARDED_BY(queue_mu_);
+  bool stopping_ GUARDED_BY(queue_mu_) = false;
   std::thread worker_;
   std::thread idle_;
 };

@@ -36,13 +36,13 @@ RemoteTier::RemoteTier(TierPort* ns, DataStore* data, std::unique_ptr<ObjectStor
 
 RemoteTier::~RemoteTier() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   work_cv_.notify_all();
   space_cv_.notify_all();
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     fetch_stopping_ = true;
   }
   fetch_cv_.notify_all();
@@ -61,7 +61,7 @@ void RemoteTier::Start() {
 }
 
 void RemoteTier::NoteRemoteResult(const Status& st, const char* what) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (st.ok()) {
     healthy_ = true;
     if (error_events_.OnSuccess()) {
@@ -126,7 +126,7 @@ Result<size_t> RemoteTier::ImportPersistedSteps() {
     return run_files.status();
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     import_done_ = true;
   }
   import_cv_.notify_all();
@@ -140,9 +140,11 @@ Result<size_t> RemoteTier::ImportPersistedSteps() {
 }
 
 bool RemoteTier::WaitForImport(std::chrono::nanoseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return clock_->WaitFor(import_cv_, lock, timeout.count(), [&] { return import_done_ || stopping_; }) &&
-         import_done_;
+  MutexLock lock(&mu_);
+  return lock.WaitFor(*clock_, import_cv_, timeout.count(), [&] {
+    mu_.AssertHeld();  // WaitFor calls it with the lock held
+    return import_done_ || stopping_;
+  }) && import_done_;
 }
 
 Status RemoteTier::PersistSteps() {
@@ -158,7 +160,7 @@ Status RemoteTier::PersistSteps() {
     }
     CKPTFS_RETURN_IF_ERROR(ns_->MarkPersisted(job));
     ns_->FlushInvalidations();  // steps retention removed just now
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     steps_persisted_++;
   }
   return Status::Ok();
@@ -167,12 +169,12 @@ Status RemoteTier::PersistSteps() {
 Status RemoteTier::DeleteRemoteGarbage() {
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return Status::Ok();
     }
     TierPort::RemoteGcBatch batch;
     {
-      std::lock_guard<std::mutex> keys(key_mu_);
+      MutexLock keys(&key_mu_);
       auto next = ns_->NextRemoteDeletions(kDeleteBatch);
       if (!next.ok()) return next.status();
       batch = std::move(next).value();
@@ -183,12 +185,12 @@ Status RemoteTier::DeleteRemoteGarbage() {
     NoteRemoteResult(st, "deleting objects");
     if (st.ok()) st = ns_->RemoteDeletionsDone(batch);
     {
-      std::lock_guard<std::mutex> keys(key_mu_);
+      MutexLock keys(&key_mu_);
       for (const auto& k : batch.keys) deleting_keys_.erase(k);
     }
     key_cv_.notify_all();
     if (!st.ok()) return st;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     objects_deleted_ += batch.keys.size();
   }
 }
@@ -201,9 +203,12 @@ void RemoteTier::ControlLoop() {
   for (bool first = true;; first = false) {
     bool import_needed;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!first) {
-        clock_->WaitFor(work_cv_, lock, options_.control_interval_ns, [&] { return stopping_; });
+        lock.WaitFor(*clock_, work_cv_, options_.control_interval_ns, [&] {
+          mu_.AssertHeld();  // WaitFor calls it with the lock held
+          return stopping_;
+        });
       }
       if (stopping_) return;
       import_needed = !import_done_;
@@ -224,12 +229,12 @@ void RemoteTier::ControlLoop() {
     (void)PersistSteps();
     bool gc_due;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       gc_due = now >= gc_retry_after_;
     }
     if (gc_due) {
       Status st = DeleteRemoteGarbage();
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (st.ok()) {
         gc_delay = options_.retry_min_ns;
       } else {
@@ -249,7 +254,7 @@ void RemoteTier::ControlLoop() {
 
 Status RemoteTier::RunOnceForTest() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     retry_after_.clear();
   }
   Status first;
@@ -262,7 +267,7 @@ Status RemoteTier::RunOnceForTest() {
       UploadFinished(job.ino, st, job.size);
       if (!st.ok() && first.ok()) first = st;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     retry_after_.clear();
   };
   ns_->QueueRunFileUploads();
@@ -279,14 +284,14 @@ Status RemoteTier::RunOnceForTest() {
 
 void RemoteTier::UploadsQueued() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     uploads_pending_ = true;
   }
   work_cv_.notify_all();
 }
 
 void RemoteTier::AddStatus(nlohmann::json* status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   nlohmann::json remote = {{"url", store_->Describe()},
                            {"healthy", healthy_},
                            {"last_error", last_error_.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_error_)},
@@ -313,7 +318,7 @@ void RemoteTier::AddStatus(nlohmann::json* status) {
 }
 
 void RemoteTier::AddMetrics(PrometheusWriter* w) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto one = [&](const char* name, const char* type, const char* help, double v) {
     w->Family(name, type, help);
     w->Sample(name, v);

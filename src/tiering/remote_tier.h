@@ -19,7 +19,9 @@
 // Lock order: the namespace lock -> mu_ / fetch_mu_ (FileSystem calls the
 // TierHooks with its lock held). This class never calls TierPort while
 // holding mu_ or fetch_mu_. key_mu_ (deletions vs uploads of one key) is
-// taken before the namespace lock and never inside a hook.
+// taken before the namespace lock and never inside a hook. No two of the
+// tier's own locks are ever held at once: the EXCLUDES on the helpers below
+// name those each takes, itself or through the helpers it calls.
 #pragma once
 
 #include <atomic>
@@ -28,7 +30,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -37,6 +38,8 @@
 
 #include "common/clock.h"
 #include "common/crc32c_chunks.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "control/event_log.h"
 #include "control/rate_meter.h"
 #include "data/data_store.h"
@@ -111,7 +114,7 @@ class RemoteTier : public TierHooks {
   // TierHooks.
   void UploadsQueued() override;
   Status EnsureLocal(uint64_t ino, const std::string& key, uint64_t size, BackingFile* file,
-                     uint64_t offset, size_t n) override;
+                     uint64_t offset, size_t n) override EXCLUDES(fetch_mu_, mu_);
   Status WaitForCacheSpace(uint64_t n) override;
   void Forget(uint64_t ino) override;
   void AddStatus(nlohmann::json* status) override;
@@ -123,27 +126,28 @@ class RemoteTier : public TierHooks {
   // Uploads (remote_tier_upload.cc).
   void UploadLoop();
   // Takes the next job not taken by another worker; false when none.
-  bool TakeUpload(TierPort::UploadJob* job, const std::set<uint64_t>& also_skip = {});
+  bool TakeUpload(TierPort::UploadJob* job, const std::set<uint64_t>& also_skip = {}) EXCLUDES(mu_);
   // How many uploads may run now (fewer while a save is in progress).
-  size_t UploadsAllowedNow();
-  Status Upload(const TierPort::UploadJob& job);
-  Status UploadMultipart(const TierPort::UploadJob& job, BackingFile* file, ChunkCrc32c* sums);
+  size_t UploadsAllowedNow() EXCLUDES(mu_);
+  Status Upload(const TierPort::UploadJob& job) EXCLUDES(key_mu_, mu_, fetch_mu_);
+  Status UploadMultipart(const TierPort::UploadJob& job, BackingFile* file, ChunkCrc32c* sums)
+      EXCLUDES(mu_, fetch_mu_);
   // EIO and a checksum_mismatch event when the bytes read for job (CRC32C
   // crc) are not those whose CRC32C was recorded for this version.
   Status CheckReadForUpload(const TierPort::UploadJob& job, uint32_t crc);
-  Status ReadForUpload(const TierPort::UploadJob& job, BackingFile* file, uint64_t offset,
-                       size_t n, std::string* out);
-  void UploadFinished(uint64_t ino, const Status& st, uint64_t bytes);
+  Status ReadForUpload(const TierPort::UploadJob& job, BackingFile* file, uint64_t offset, size_t n,
+                       std::string* out) EXCLUDES(mu_, fetch_mu_);
+  void UploadFinished(uint64_t ino, const Status& st, uint64_t bytes) EXCLUDES(mu_);
 
   // Commit objects, remote deletions, import (remote_tier.cc).
   void ControlLoop();
-  Status PersistSteps();
-  Status DeleteRemoteGarbage();
-  void NoteRemoteResult(const Status& st, const char* what);
+  Status PersistSteps() EXCLUDES(mu_);
+  Status DeleteRemoteGarbage() EXCLUDES(mu_, key_mu_);
+  void NoteRemoteResult(const Status& st, const char* what) EXCLUDES(mu_);
 
   // Cache (remote_tier_cache.cc).
-  void RecomputeCacheUse();
-  Status EvictIfNeeded();
+  void RecomputeCacheUse() EXCLUDES(fetch_mu_);
+  Status EvictIfNeeded() EXCLUDES(mu_, fetch_mu_);
 
   // Fetching (remote_tier_fetch.cc).
   // How fetched bytes of a file are verified (docs/architecture.md,
@@ -171,21 +175,22 @@ class RemoteTier : public TierHooks {
   enum : uint8_t { kAbsent = 0, kFetching = 1, kPresent = 2 };
   // Makes the presence entry of ino (its unit and verification from the
   // object record) unless it exists. Called without fetch_mu_.
-  void EnsurePresence(uint64_t ino, const std::string& key, uint64_t size);
+  void EnsurePresence(uint64_t ino, const std::string& key, uint64_t size) EXCLUDES(fetch_mu_);
   Status FetchChunk(uint64_t ino, const std::string& key, uint64_t size, BackingFile* file,
-                    uint64_t chunk);
+                    uint64_t chunk) EXCLUDES(fetch_mu_, mu_);
   // kWholeFile, every chunk present: joins their CRC32Cs and checks the
   // file's. EILSEQ on a mismatch (the chunks are dropped so they are fetched
   // again), EAGAIN when a chunk is missing (another reader's fetch failed).
-  Status VerifyWholeFile(uint64_t ino, const std::string& key, uint32_t* got_crc, uint32_t* expected_crc);
+  Status VerifyWholeFile(uint64_t ino, const std::string& key, uint32_t* got_crc,
+                         uint32_t* expected_crc) EXCLUDES(fetch_mu_);
   // A checksum_mismatch event (once per offset while the entry lives) and
   // the EIO the read gets.
   Status ReportMismatch(uint64_t ino, const std::string& key, uint64_t offset, uint64_t len,
-                        uint32_t expected, uint32_t got);
+                        uint32_t expected, uint32_t got) EXCLUDES(fetch_mu_);
   void FetchLoop();
   // Queues a fully fetched file for MarkFetchedFilesResident (control thread).
-  void MaybeMarkResident(uint64_t ino);
-  void MarkFetchedFilesResident();
+  void MaybeMarkResident(uint64_t ino) EXCLUDES(fetch_mu_);
+  void MarkFetchedFilesResident() EXCLUDES(fetch_mu_);
 
   TierPort* const ns_;  // the namespace, as the tier sees it
   DataStore* const data_;
@@ -193,57 +198,57 @@ class RemoteTier : public TierHooks {
   EventLog* const events_;
   const RemoteTierOptions options_;
 
-  std::mutex mu_;  // upload bookkeeping, health, counters
+  Mutex mu_;                          // upload bookkeeping, health, counters
   std::condition_variable work_cv_;   // uploads queued, stop
   std::condition_variable space_cv_;  // cache use went down
   std::condition_variable import_cv_;  // the cold-mount import is done
-  bool stopping_ = false;                           // GUARDED_BY(mu_)
-  bool uploads_pending_ = true;                     // GUARDED_BY(mu_) re-scan the queue
-  std::set<uint64_t> uploading_;                    // GUARDED_BY(mu_)
-  std::map<uint64_t, int64_t> retry_after_;         // GUARDED_BY(mu_) ino -> monotonic ns
-  std::map<uint64_t, int64_t> retry_delay_;         // GUARDED_BY(mu_)
-  int64_t gc_retry_after_ = 0;                      // GUARDED_BY(mu_)
-  bool import_done_ = false;                        // GUARDED_BY(mu_)
-  std::string last_error_;                          // GUARDED_BY(mu_)
-  double last_error_at_ = 0;                        // GUARDED_BY(mu_)
-  bool healthy_ = true;                             // GUARDED_BY(mu_)
-  RemoteErrorEvents error_events_;                  // GUARDED_BY(mu_)
-  uint64_t bytes_uploaded_ = 0;                     // GUARDED_BY(mu_)
-  RateMeter upload_rate_;                           // GUARDED_BY(mu_) of bytes_uploaded_
-  uint64_t bytes_in_flight_ = 0;                    // GUARDED_BY(mu_)
-  uint64_t files_uploaded_ = 0;                     // GUARDED_BY(mu_)
-  uint64_t upload_failures_ = 0;                    // GUARDED_BY(mu_)
-  uint64_t objects_deleted_ = 0;                    // GUARDED_BY(mu_)
-  uint64_t steps_persisted_ = 0;                    // GUARDED_BY(mu_)
-  uint64_t evictions_ = 0;                          // GUARDED_BY(mu_)
-  uint64_t space_waiters_ = 0;                      // GUARDED_BY(mu_)
-  uint64_t space_wanted_ = 0;                       // GUARDED_BY(mu_) bytes the waiters need
-  int64_t saving_since_ = 0;                        // GUARDED_BY(mu_) monotonic ns, 0 = no save
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool uploads_pending_ GUARDED_BY(mu_) = true;  // re-scan the queue
+  std::set<uint64_t> uploading_ GUARDED_BY(mu_);
+  std::map<uint64_t, int64_t> retry_after_ GUARDED_BY(mu_);  // ino -> monotonic ns
+  std::map<uint64_t, int64_t> retry_delay_ GUARDED_BY(mu_);
+  int64_t gc_retry_after_ GUARDED_BY(mu_) = 0;
+  bool import_done_ GUARDED_BY(mu_) = false;
+  std::string last_error_ GUARDED_BY(mu_);
+  double last_error_at_ GUARDED_BY(mu_) = 0;
+  bool healthy_ GUARDED_BY(mu_) = true;
+  RemoteErrorEvents error_events_ GUARDED_BY(mu_);
+  uint64_t bytes_uploaded_ GUARDED_BY(mu_) = 0;
+  RateMeter upload_rate_ GUARDED_BY(mu_);  // of bytes_uploaded_
+  uint64_t bytes_in_flight_ GUARDED_BY(mu_) = 0;
+  uint64_t files_uploaded_ GUARDED_BY(mu_) = 0;
+  uint64_t upload_failures_ GUARDED_BY(mu_) = 0;
+  uint64_t objects_deleted_ GUARDED_BY(mu_) = 0;
+  uint64_t steps_persisted_ GUARDED_BY(mu_) = 0;
+  uint64_t evictions_ GUARDED_BY(mu_) = 0;
+  uint64_t space_waiters_ GUARDED_BY(mu_) = 0;
+  uint64_t space_wanted_ GUARDED_BY(mu_) = 0;  // bytes the waiters need
+  int64_t saving_since_ GUARDED_BY(mu_) = 0;   // monotonic ns, 0 = no save
 
-  std::mutex key_mu_;  // remote deletions vs uploads of the same key
+  Mutex key_mu_;  // remote deletions vs uploads of the same key
   std::condition_variable key_cv_;
-  std::set<std::string> deleting_keys_;  // GUARDED_BY(key_mu_)
+  std::set<std::string> deleting_keys_ GUARDED_BY(key_mu_);
 
   std::atomic<uint64_t> cache_used_{0};
   std::atomic<uint64_t> bytes_fetched_{0};
   std::atomic<uint64_t> checksum_mismatches_{0};  // bad ranges received (retried ones too)
   std::atomic<uint64_t> checksum_failures_{0};  // bad twice: reads get EIO
 
-  std::mutex fetch_mu_;
+  Mutex fetch_mu_;
   // Two conditions, so that a finished chunk wakes only the readers waiting
   // for chunks and a queued read-ahead job only one idle fetcher.
   std::condition_variable fetch_cv_;  // read-ahead queued; stop (fetchers wait)
   std::condition_variable chunk_cv_;  // a chunk changed state (readers wait)
-  std::unordered_map<uint64_t, Presence> presence_;  // GUARDED_BY(fetch_mu_)
+  std::unordered_map<uint64_t, Presence> presence_ GUARDED_BY(fetch_mu_);
   struct ReadAhead {
     uint64_t ino;
     std::string key;
     uint64_t size;
     uint64_t chunk;
   };
-  std::deque<ReadAhead> readahead_;   // GUARDED_BY(fetch_mu_)
-  bool fetch_stopping_ = false;       // GUARDED_BY(fetch_mu_)
-  std::vector<uint64_t> complete_;    // GUARDED_BY(fetch_mu_) fully fetched, not yet resident
+  std::deque<ReadAhead> readahead_ GUARDED_BY(fetch_mu_);
+  bool fetch_stopping_ GUARDED_BY(fetch_mu_) = false;
+  std::vector<uint64_t> complete_ GUARDED_BY(fetch_mu_);  // fully fetched, not yet resident
 
   const Clock* const clock_;
   std::atomic<bool> started_{false};  // threads run: read-ahead has takers

@@ -14,7 +14,7 @@ namespace ckptfs {
 void RemoteTier::RecomputeCacheUse() {
   uint64_t fetched = 0;
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     for (const auto& [ino, p] : presence_) {
       if (!p.complete_reported) fetched += p.present_bytes;
     }
@@ -27,7 +27,7 @@ Status RemoteTier::EvictIfNeeded() {
   if (options_.cache_size == 0) return Status::Ok();
   uint64_t wanted;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     wanted = space_wanted_;
   }
   if (cache_used_ + wanted <= options_.cache_size) return Status::Ok();
@@ -37,7 +37,7 @@ Status RemoteTier::EvictIfNeeded() {
     if (cache_used_ + wanted <= target) break;
     uint64_t partial = 0;
     {
-      std::lock_guard<std::mutex> lock(fetch_mu_);
+      MutexLock lock(&fetch_mu_);
       if (auto it = presence_.find(c.ino); it != presence_.end() && !it->second.complete_reported) {
         partial = it->second.present_bytes;
       }
@@ -46,7 +46,7 @@ Status RemoteTier::EvictIfNeeded() {
     Status st = ns_->Evict(c.ino);
     if (!st.ok()) continue;  // opened meanwhile
     cache_used_ -= std::min<uint64_t>(cache_used_.load(), c.bytes);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     evictions_++;
   }
   space_cv_.notify_all();
@@ -60,7 +60,7 @@ Status RemoteTier::WaitForCacheSpace(uint64_t n) {
     cache_used_ += n;
     return Status::Ok();
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   space_waiters_++;
   space_wanted_ += n;
   work_cv_.notify_all();  // the control thread evicts on its next pass
@@ -68,7 +68,10 @@ Status RemoteTier::WaitForCacheSpace(uint64_t n) {
   const int64_t deadline = clock_->MonotonicNanos() + options_.cache_full_wait_ns;
   bool ok = false;
   while (!ok && clock_->MonotonicNanos() < deadline) {
-    ok = clock_->WaitFor(space_cv_, lock, 100'000'000, [&] { return stopping_ || fits(); });
+    ok = lock.WaitFor(*clock_, space_cv_, 100'000'000, [&] {
+      mu_.AssertHeld();  // WaitFor calls it with the lock held
+      return stopping_ || fits();
+    });
   }
   space_waiters_--;
   space_wanted_ -= n;

@@ -54,7 +54,7 @@ Status ChecksumFromFile(BackingFile* file, uint64_t offset, uint64_t len, ChunkC
 
 void RemoteTier::EnsurePresence(uint64_t ino, const std::string& key, uint64_t size) {
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     if (presence_.count(ino)) return;
   }
   // The namespace is asked without fetch_mu_ (lock order); a racing reader may
@@ -74,7 +74,7 @@ void RemoteTier::EnsurePresence(uint64_t ino, const std::string& key, uint64_t s
   const uint64_t chunks = ChunkCount(size, p.unit);
   p.chunks.assign(chunks, kAbsent);
   if (p.verify == Verify::kWholeFile) p.got_crcs.assign(chunks, 0);
-  std::lock_guard<std::mutex> lock(fetch_mu_);
+  MutexLock lock(&fetch_mu_);
   presence_.emplace(ino, std::move(p));
 }
 
@@ -83,7 +83,7 @@ Status RemoteTier::ReportMismatch(uint64_t ino, const std::string& key, uint64_t
   checksum_failures_++;
   bool first = true;
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     if (auto it = presence_.find(ino); it != presence_.end()) {
       first = it->second.mismatch_events.insert(offset).second;
     }
@@ -109,7 +109,7 @@ Status RemoteTier::FetchChunk(uint64_t ino, const std::string& key, uint64_t siz
   Verify verify = Verify::kNone;
   std::shared_ptr<const ObjectRecord> object;
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     auto it = presence_.find(ino);
     if (it == presence_.end()) return Status::Error(EIO, "cached data of " + key + " was dropped during the read");
     unit = it->second.unit;
@@ -180,7 +180,7 @@ Status RemoteTier::FetchChunk(uint64_t ino, const std::string& key, uint64_t siz
     st = ChecksumFromFile(file, offset, len, &sums);
   }
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     auto it = presence_.find(ino);
     // Forgotten meanwhile (evicted or deleted): what was written is moot.
     if (it != presence_.end() && chunk < it->second.chunks.size() &&
@@ -210,7 +210,7 @@ Status RemoteTier::VerifyWholeFile(uint64_t ino, const std::string& key, uint32_
   uint32_t got = 0;
   uint64_t size = 0;
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     auto it = presence_.find(ino);
     if (it == presence_.end()) return Status::Error(EIO, "cached data of " + key + " was dropped during the read");
     Presence& p = it->second;
@@ -238,7 +238,7 @@ Status RemoteTier::VerifyWholeFile(uint64_t ino, const std::string& key, uint32_
 }
 
 void RemoteTier::MaybeMarkResident(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(fetch_mu_);
+  MutexLock lock(&fetch_mu_);
   auto it = presence_.find(ino);
   if (it == presence_.end() || it->second.complete_reported || it->second.complete_queued) return;
   for (uint8_t c : it->second.chunks) {
@@ -254,13 +254,13 @@ void RemoteTier::MaybeMarkResident(uint64_t ino) {
 void RemoteTier::MarkFetchedFilesResident() {
   std::vector<uint64_t> inos;
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     inos.swap(complete_);
   }
   for (uint64_t ino : inos) {
     auto file = data_->Open(ino, /*create=*/false);
     Status st = file.ok() ? ns_->MarkResident(ino, file->get()) : file.status();
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     auto it = presence_.find(ino);
     if (it == presence_.end()) continue;  // evicted or deleted meanwhile
     it->second.complete_queued = false;
@@ -281,7 +281,7 @@ Status RemoteTier::EnsureLocal(uint64_t ino, const std::string& key, uint64_t si
     uint64_t first = 0;
     uint64_t last = 0;
     {
-      std::lock_guard<std::mutex> lock(fetch_mu_);
+      MutexLock lock(&fetch_mu_);
       auto found = presence_.find(ino);
       if (found == presence_.end()) return Status::Error(EIO, "cached data of " + key + " was dropped during the read");
       Presence& p = found->second;
@@ -354,15 +354,16 @@ Status RemoteTier::EnsureLocal(uint64_t ino, const std::string& key, uint64_t si
     // there is ours to try (once more).
     bool retry = false;
     {
-      std::unique_lock<std::mutex> lock(fetch_mu_);
-      chunk_cv_.wait(lock, [&] {
+      MutexLock lock(&fetch_mu_);
+      auto settled = [&]() REQUIRES(fetch_mu_) {
         auto it = presence_.find(ino);
         if (it == presence_.end()) return true;
         for (uint64_t c = first; c <= last; c++) {
           if (it->second.chunks[c] == kFetching) return false;
         }
         return true;
-      });
+      };
+      while (!settled()) lock.Wait(chunk_cv_);
       auto it = presence_.find(ino);
       if (it == presence_.end()) return Status::Error(EIO, "cached data of " + key + " was dropped during the read");
       for (uint64_t c = first; c <= last; c++) retry |= it->second.chunks[c] != kPresent;
@@ -391,15 +392,15 @@ void RemoteTier::FetchLoop() {
   for (;;) {
     ReadAhead job;
     {
-      std::unique_lock<std::mutex> lock(fetch_mu_);
-      fetch_cv_.wait(lock, [&] { return fetch_stopping_ || !readahead_.empty(); });
+      MutexLock lock(&fetch_mu_);
+      while (!fetch_stopping_ && readahead_.empty()) lock.Wait(fetch_cv_);
       if (fetch_stopping_) return;
       job = std::move(readahead_.front());
       readahead_.pop_front();
     }
     auto file = data_->Open(job.ino, /*create=*/true);
     if (!file.ok()) {
-      std::lock_guard<std::mutex> lock(fetch_mu_);
+      MutexLock lock(&fetch_mu_);
       auto it = presence_.find(job.ino);
       if (it != presence_.end() && it->second.chunks[job.chunk] == kFetching) {
         it->second.chunks[job.chunk] = kAbsent;
@@ -413,7 +414,7 @@ void RemoteTier::FetchLoop() {
 
 void RemoteTier::Forget(uint64_t ino) {
   {
-    std::lock_guard<std::mutex> lock(fetch_mu_);
+    MutexLock lock(&fetch_mu_);
     auto it = presence_.find(ino);
     if (it == presence_.end()) return;
     const uint64_t bytes = it->second.complete_reported ? 0 : it->second.present_bytes;

@@ -14,7 +14,7 @@ namespace ckptfs {
 bool RemoteTier::TakeUpload(TierPort::UploadJob* job, const std::set<uint64_t>& also_skip) {
   std::set<uint64_t> skip = also_skip;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const int64_t now = clock_->MonotonicNanos();
     skip.insert(uploading_.begin(), uploading_.end());
     for (const auto& [ino, when] : retry_after_) {
@@ -22,7 +22,7 @@ bool RemoteTier::TakeUpload(TierPort::UploadJob* job, const std::set<uint64_t>& 
     }
   }
   for (TierPort::UploadJob& candidate : ns_->NextUploads(options_.upload_files + 1, skip)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (uploading_.count(candidate.ino)) continue;  // another worker took it meanwhile
     uploading_.insert(candidate.ino);
     bytes_in_flight_ += candidate.size;
@@ -35,26 +35,32 @@ bool RemoteTier::TakeUpload(TierPort::UploadJob* job, const std::set<uint64_t>& 
 void RemoteTier::UploadLoop() {
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       // Wake on new work, and now and then for retries that came due.
-      clock_->WaitFor(work_cv_, lock, 500'000'000, [&] { return stopping_ || uploads_pending_; });
+      lock.WaitFor(*clock_, work_cv_, 500'000'000, [&] {
+        mu_.AssertHeld();  // WaitFor calls it with the lock held
+        return stopping_ || uploads_pending_;
+      });
       if (stopping_) return;
       uploads_pending_ = false;
     }
     TierPort::UploadJob job;
     for (;;) {
       if (size_t allowed = UploadsAllowedNow(); allowed < static_cast<size_t>(options_.upload_files)) {
-        std::unique_lock<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         if (stopping_) return;
         if (uploading_.size() >= allowed) {
-          clock_->WaitFor(work_cv_, lock, 50'000'000, [&] { return stopping_; });
+          lock.WaitFor(*clock_, work_cv_, 50'000'000, [&] {
+            mu_.AssertHeld();  // WaitFor calls it with the lock held
+            return stopping_;
+          });
           continue;
         }
       }
       if (!TakeUpload(&job)) break;
       Status st = Upload(job);
       UploadFinished(job.ino, st, job.size);
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return;
     }
   }
@@ -68,7 +74,7 @@ size_t RemoteTier::UploadsAllowedNow() {
   // save_grace gets one upload stream, so uploads are never starved.
   const int64_t now = clock_->MonotonicNanos();
   const bool saving = ns_->OpenWriters() > 0 || now - ns_->LastSaveActivityNs() < options_.save_quiet_ns;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!saving) {
     saving_since_ = 0;
     return static_cast<size_t>(options_.upload_files);
@@ -79,7 +85,7 @@ size_t RemoteTier::UploadsAllowedNow() {
 
 void RemoteTier::UploadFinished(uint64_t ino, const Status& st, uint64_t bytes) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     uploading_.erase(ino);
     bytes_in_flight_ -= std::min(bytes_in_flight_, bytes);
     if (st.ok()) {
@@ -135,8 +141,8 @@ Status RemoteTier::Upload(const TierPort::UploadJob& job) {
   {
     // Wait out a deletion of the same key in flight, then claim the key so
     // that no deletion of it starts while the upload runs.
-    std::unique_lock<std::mutex> keys(key_mu_);
-    key_cv_.wait(keys, [&] { return !deleting_keys_.count(job.key); });
+    MutexLock keys(&key_mu_);
+    while (deleting_keys_.count(job.key)) keys.Wait(key_cv_);
     ns_->ClaimKey(job.key);
   }
   // The whole-file CRC32C and the per-chunk ones the commit object records
@@ -188,7 +194,7 @@ Status RemoteTier::UploadMultipart(const TierPort::UploadJob& job, BackingFile* 
 
   // This thread reads the parts in order (the CRC needs them in order) and
   // hands them to up to parts_per_file senders.
-  std::mutex mu;
+  Mutex mu;  // guards the locals below (unchecked: GUARDED_BY takes members only)
   std::condition_variable cv;
   std::deque<std::pair<int, std::string>> ready;
   std::vector<std::string> etags(parts);
@@ -199,14 +205,14 @@ Status RemoteTier::UploadMultipart(const TierPort::UploadJob& job, BackingFile* 
     for (;;) {
       std::pair<int, std::string> part;
       {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return !ready.empty() || reading_done || !failed.ok(); });
+        MutexLock lock(&mu);
+        while (ready.empty() && !reading_done && failed.ok()) lock.Wait(cv);
         if (!failed.ok() || ready.empty()) return;
         part = std::move(ready.front());
         ready.pop_front();
       }
       auto etag = store_->UploadPart(job.key, *upload_id, part.first, part.second);
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       in_flight--;
       if (etag.ok()) {
         etags[part.first - 1] = std::move(etag).value();
@@ -223,25 +229,25 @@ Status RemoteTier::UploadMultipart(const TierPort::UploadJob& job, BackingFile* 
     const size_t n = static_cast<size_t>(std::min<uint64_t>(part_size, job.size - offset));
     {
       // Bounded memory: at most `window` parts read ahead of the senders.
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return in_flight < window || !failed.ok(); });
+      MutexLock lock(&mu);
+      while (in_flight >= window && failed.ok()) lock.Wait(cv);
       if (!failed.ok()) break;
     }
     std::string data;
     Status st = ReadForUpload(job, file, offset, n, &data);
     if (!st.ok()) {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (failed.ok()) failed = st;
       break;
     }
     sums->Add(data.data(), data.size());
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     in_flight++;
     ready.emplace_back(p, std::move(data));
     cv.notify_all();
   }
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     reading_done = true;
   }
   cv.notify_all();
