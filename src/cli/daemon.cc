@@ -82,8 +82,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   if (!options.remote.url.empty()) {
     auto store = OpenRemote(options.remote);
     if (!store.ok()) return store.status().Annotate("opening the remote " + options.remote.url);
-    d->tier_ = std::make_unique<RemoteTier>(d->fs_.get(), d->fs_->data(), std::move(store).value(), d->events_.get(),
-                                            options.tier);
+    // The tier sees the namespace through its TierPort, and times its waits
+    // with the daemon's one clock.
+    RemoteTierOptions tier_options = options.tier;
+    tier_options.clock = &d->clock_;
+    d->tier_ = std::make_unique<RemoteTier>(d->fs_.get(), d->fs_->data(), std::move(store).value(),
+                                            d->events_.get(), tier_options);
     d->fs_->SetTierHooks(d->tier_.get());
     d->tier_->Start();
     // A cold mount shows the remote's persisted steps from the start; an

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "data/data_store.h"
 #include "views/view_reader.h"
 
@@ -30,8 +30,9 @@ class FileHandle {
   uint64_t remote_size = 0;
   // `.full/` view files: assembled from the checkpoint's shards on each
   // read; view_mu serializes reads (the kernel may send several at once).
-  std::unique_ptr<ViewFileReader> view;
-  std::mutex view_mu;
+  // The pointer is set once at open, before the handle is shared.
+  Mutex view_mu;
+  std::unique_ptr<ViewFileReader> view PT_GUARDED_BY(view_mu);
 };
 
 }  // namespace ckptfs

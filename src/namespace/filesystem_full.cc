@@ -227,7 +227,7 @@ Result<FileSystem::Opened> FileSystem::OpenFull(uint64_t ino, int flags) {
 }
 
 Result<size_t> FileSystem::ReadFull(FileHandle* fh, void* buf, size_t n, uint64_t offset) {
-  std::lock_guard<std::mutex> lock(fh->view_mu);
+  MutexLock lock(&fh->view_mu);
   Result<size_t> got = fh->view->Read(buf, n, offset);
   if (got.ok()) {
     metrics_.view_bytes_read += *got;

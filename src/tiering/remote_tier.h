@@ -45,7 +45,6 @@
 #include "data/data_store.h"
 #include "namespace/tier_hooks.h"
 #include "namespace/tier_port.h"
-#include "namespace/tier_hooks.h"
 #include "remote/object_store.h"
 #include "tiering/remote_error_events.h"
 
