@@ -194,7 +194,7 @@ Result<std::string> FileObjectStore::WriteTemp(const std::string& data) {
   return path;
 }
 
-Status FileObjectStore::Publish(const std::string& tmp, const std::string& key) {
+Status FileObjectStore::Publish(const std::string& tmp, const std::string& key, bool replace) {
   const std::string target = dir_ + "/" + key;
   std::set<std::string> to_sync = {ParentOf(target)};
   {
@@ -211,10 +211,19 @@ Status FileObjectStore::Publish(const std::string& tmp, const std::string& key) 
       }
       if (created) to_sync.insert(ParentOf(path));
     }
-    if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    if (replace && ::rename(tmp.c_str(), target.c_str()) != 0) {
       const Status st = Status::FromErrno("rename " + tmp + " to " + target);
       ::unlink(tmp.c_str());
       return st;
+    }
+    // Without replacing: link(2) fails with EEXIST when the name exists, so
+    // of two writers exactly one creates the object, whole.
+    if (!replace) {
+      const int rc = ::link(tmp.c_str(), target.c_str());
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      if (rc != 0 && err == EEXIST) return Status::Error(EEXIST, Describe() + ": " + key + " exists");
+      if (rc != 0) return Status::Error(err, "link " + tmp + " to " + target);
     }
   }
   for (const std::string& d : to_sync) CKPTFS_RETURN_IF_ERROR(SyncDir(d));
@@ -225,7 +234,14 @@ Status FileObjectStore::Put(const std::string& key, const std::string& data) {
   CKPTFS_RETURN_IF_ERROR(CheckKey(key));
   Result<std::string> tmp = WriteTemp(data);
   if (!tmp.ok()) return tmp.status();
-  return Publish(*tmp, key);
+  return Publish(*tmp, key, /*replace=*/true);
+}
+
+Status FileObjectStore::PutIfAbsent(const std::string& key, const std::string& data) {
+  CKPTFS_RETURN_IF_ERROR(CheckKey(key));
+  Result<std::string> tmp = WriteTemp(data);
+  if (!tmp.ok()) return tmp.status();
+  return Publish(*tmp, key, /*replace=*/false);
 }
 
 Result<std::string> FileObjectStore::BeginMultipart(const std::string& key) {
@@ -379,7 +395,7 @@ Status FileObjectStore::CompleteMultipart(const std::string& key, const std::str
     ::unlink(tmp->c_str());
     return st.Annotate(what);
   }
-  CKPTFS_RETURN_IF_ERROR(Publish(*tmp, key));
+  CKPTFS_RETURN_IF_ERROR(Publish(*tmp, key, /*replace=*/true));
   // The object is in place: a leftover upload directory is only garbage, and
   // failing here would make the caller retry an upload that succeeded.
   std::error_code ec;

@@ -57,6 +57,7 @@ class FileObjectStore final : public ObjectStore {
   FileObjectStore& operator=(const FileObjectStore&) = delete;
 
   Status Put(const std::string& key, const std::string& data) override;
+  Status PutIfAbsent(const std::string& key, const std::string& data) override;
   Result<std::string> BeginMultipart(const std::string& key) override;  // 32 random hex digits
   // The ETag names the part file (inode, size, modification time), so
   // Complete can tell that a part is still the upload the caller has the
@@ -95,9 +96,10 @@ class FileObjectStore final : public ObjectStore {
   static Status CheckKey(const std::string& key);
   // Writes data to a fresh file under dir/.ckptfs-tmp and fsyncs it.
   Result<std::string> WriteTemp(const std::string& data);
-  // Creates the parents of key, renames tmp to dir/key and fsyncs the
-  // directories that changed. Removes tmp on failure.
-  Status Publish(const std::string& tmp, const std::string& key);
+  // Creates the parents of key, moves tmp to dir/key and fsyncs the
+  // directories that changed; tmp is gone afterwards either way. replace =
+  // false: EEXIST when dir/key exists (link(2), never an overwrite).
+  Status Publish(const std::string& tmp, const std::string& key, bool replace);
   // dir/.ckptfs-multipart/<upload_id> after checking that the upload exists
   // and belongs to key (ENOENT otherwise).
   Result<std::string> UploadDir(const std::string& key, const std::string& upload_id);

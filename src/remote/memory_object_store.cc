@@ -60,6 +60,25 @@ Status MemoryObjectStore::Put(const std::string& key, const std::string& data) {
   return Status::Ok();
 }
 
+Status MemoryObjectStore::PutIfAbsent(const std::string& key, const std::string& data) {
+  MutexLock lock(&mu_);
+  counters_.put++;
+  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
+  if (!ignore_conditions_ && objects_.count(key)) {
+    return Status::Error(EEXIST, Describe() + ": " + key + " exists");
+  }
+  Result<std::string> arrived = Receive("put " + key, data);
+  if (!arrived.ok()) return arrived.status();
+  objects_[key] = std::move(arrived).value();
+  return Status::Ok();
+}
+
+void MemoryObjectStore::IgnoreConditions(bool ignore) {
+  MutexLock lock(&mu_);
+  ignore_conditions_ = ignore;
+}
+
 Result<std::string> MemoryObjectStore::BeginMultipart(const std::string& key) {
   MutexLock lock(&mu_);
   counters_.begin++;

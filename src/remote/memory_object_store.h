@@ -16,6 +16,8 @@
 //    in UploadChecksumMismatches). With SetVerifyUploads(false) it stores
 //    the damaged bytes instead, as a store without checksums did: tests show
 //    with it that the damage is real and would otherwise go unnoticed.
+//  * IgnoreConditions(true): PutIfAbsent overwrites an existing object and
+//    succeeds, as s3rver 3.7.1 does with `If-None-Match: *`.
 //  * CorruptReads(key, offset, times): the byte at offset of key has its
 //    lowest bit flipped in what the next `times` reads covering it return
 //    (times < 0: every read), as a bad disk or a bad hop would; the stored
@@ -52,6 +54,7 @@ class MemoryObjectStore final : public ObjectStore {
   MemoryObjectStore& operator=(const MemoryObjectStore&) = delete;
 
   Status Put(const std::string& key, const std::string& data) override;
+  Status PutIfAbsent(const std::string& key, const std::string& data) override;
   Result<std::string> BeginMultipart(const std::string& key) override;
   // The ETag is "memetag" plus a number unique within this store, so an
   // ETag from a replaced part no longer matches, as with S3.
@@ -79,6 +82,7 @@ class MemoryObjectStore final : public ObjectStore {
   // Fault injection; see the file comment. n <= 0 cancels a pending FailNext.
   void FailNext(int n, int err);
   void SetUnavailable(bool unavailable);
+  void IgnoreConditions(bool ignore);
   void CorruptNextUploads(int n);
   void SetVerifyUploads(bool verify);
   uint64_t UploadChecksumMismatches() const override;
@@ -141,6 +145,7 @@ class MemoryObjectStore final : public ObjectStore {
   int fail_next_ GUARDED_BY(mu_) = 0;
   int fail_err_ GUARDED_BY(mu_) = 0;
   bool unavailable_ GUARDED_BY(mu_) = false;
+  bool ignore_conditions_ GUARDED_BY(mu_) = false;
   int corrupt_next_ GUARDED_BY(mu_) = 0;
   uint64_t corrupted_ GUARDED_BY(mu_) = 0;  // bodies damaged so far
   bool verify_uploads_ GUARDED_BY(mu_) = true;

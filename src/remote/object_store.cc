@@ -18,6 +18,10 @@ Status Invalid(const std::string& key, const char* why) {
 
 }  // namespace
 
+Status ObjectStore::PutIfAbsent(const std::string& key, const std::string&) {
+  return Status::Error(EOPNOTSUPP, Describe() + ": conditional put of " + key + " is not supported");
+}
+
 Result<uint64_t> ObjectStore::ReadRange(const std::string& key, uint64_t offset, uint64_t length,
                                         const RangeSink& sink) {
   Result<std::string> data = GetRange(key, offset, length);

@@ -33,6 +33,14 @@ class ObjectStore {
   // Creates or replaces the object with data; it is visible whole or not at
   // all (no reader ever sees a partial object).
   virtual Status Put(const std::string& key, const std::string& data) = 0;
+  // Put only if no object has the key yet (S3's `If-None-Match: *`): Ok when
+  // this call created it; EEXIST when the key existed. A request retried
+  // after a lost reply may get EEXIST for its own first attempt, so a caller
+  // that must know whose object it is reads it back. EOPNOTSUPP when the
+  // store cannot do it. A server that ignores the condition and overwrites
+  // (s3rver 3.7.1) cannot be told apart here: ProbeConditionalPut
+  // (conditional_put_probe.h) finds out once.
+  virtual Status PutIfAbsent(const std::string& key, const std::string& data);
 
   // Large objects in parts: Begin, UploadPart (1-based part numbers, any
   // order, parts of at least min_part_size() except the last), Complete

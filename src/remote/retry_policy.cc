@@ -33,7 +33,10 @@ bool IsRetryableHttpResponse(int http_status, std::string_view s3_error_code) {
                                 "RequestLimitExceeded", "TooManyRequestsException",
                                 // The body did not match its checksum: damaged
                                 // on the way, so sending it again can succeed.
-                                "BadDigest", "XAmzContentChecksumMismatch", "InvalidDigest"}) {
+                                "BadDigest", "XAmzContentChecksumMismatch", "InvalidDigest",
+                                // Another conditional write of the key was in
+                                // flight; S3 says to retry.
+                                "ConditionalRequestConflict"}) {
     if (s3_error_code == code) return true;
   }
   if (http_status == 429) return true;

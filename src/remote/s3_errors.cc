@@ -60,6 +60,10 @@ Status MapS3Error(int http_status, const S3ErrorDocument& doc, const S3ErrorCont
     return Status::Error(EAGAIN, said);
   }
   if (code == "RequestTimeout") return Status::Error(ETIMEDOUT, said);
+  // A conditional put (If-None-Match: *) of a key that exists; and one that
+  // raced another conditional write of the key (retried before it gets here).
+  if (code == "PreconditionFailed" || http_status == 412) return Status::Error(EEXIST, said);
+  if (code == "ConditionalRequestConflict") return Status::Error(EAGAIN, said);
   if (code == "EntityTooLarge") return Status::Error(EFBIG, said);
   if (http_status == 405 || http_status == 501 ||
       OneOf(code, {"MethodNotAllowed", "NotImplemented"})) {

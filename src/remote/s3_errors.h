@@ -13,6 +13,8 @@
 //   EntityTooLarge                               EFBIG
 //   405 / 501 (MethodNotAllowed, NotImplemented) EOPNOTSUPP
 //   SlowDown, 429, 503, Throttling               EAGAIN (after the retries)
+//   412 PreconditionFailed (conditional put)     EEXIST
+//   409 ConditionalRequestConflict               EAGAIN (after the retries)
 //   RequestTimeout                               ETIMEDOUT (after the retries)
 //   anything else                                EIO
 //

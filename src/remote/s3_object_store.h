@@ -109,6 +109,7 @@ class S3ObjectStore final : public ObjectStore {
   S3ObjectStore& operator=(const S3ObjectStore&) = delete;
 
   Status Put(const std::string& key, const std::string& data) override;
+  Status PutIfAbsent(const std::string& key, const std::string& data) override;
   Result<std::string> BeginMultipart(const std::string& key) override;
   Result<std::string> UploadPart(const std::string& key, const std::string& upload_id,
                                  int part_number, const std::string& data) override;

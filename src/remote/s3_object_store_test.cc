@@ -500,6 +500,34 @@ TEST_F(S3FaultTest, OtherRetryableAnswers) {
   EXPECT_EQ(server.request_count(), 4u);
 }
 
+TEST_F(S3FaultTest, ConditionalPutSendsIfNoneMatchAndMapsTheAnswers) {
+  std::vector<FakeHttpResponse> script = {
+      FakeHttpResponse::Ok(),
+      FakeHttpResponse::S3Error(412, "PreconditionFailed",
+                                "At least one of the pre-conditions you specified did not hold"),
+      FakeHttpResponse::S3Error(409, "ConditionalRequestConflict",
+                                "A conflicting conditional operation is currently in progress"),
+      FakeHttpResponse::Ok()};
+  size_t next = 0;
+  FakeHttpServer server([&](const FakeHttpRequest&) { return script[std::min(next++, script.size() - 1)]; });
+  std::unique_ptr<ObjectStore> s = Open(server);
+  ASSERT_TRUE(s->PutIfAbsent("run/k", "a").ok());
+  const FakeHttpRequest first = server.requests()[0];
+  EXPECT_EQ(first.method, "PUT");
+  EXPECT_EQ(first.Header("if-none-match"), "*");
+  // Signed, so a proxy cannot drop the condition unnoticed.
+  EXPECT_NE(first.Header("authorization").find("host;if-none-match;"), std::string::npos)
+      << first.Header("authorization");
+  // The key exists: EEXIST at once, not retried.
+  Status exists = s->PutIfAbsent("run/k", "b");
+  EXPECT_EQ(exists.err(), EEXIST) << exists.ToString();
+  EXPECT_EQ(server.request_count(), 2u);
+  // Another conditional write in flight: retried, then it goes through.
+  Status conflict = s->PutIfAbsent("run/k2", "c");
+  EXPECT_TRUE(conflict.ok()) << conflict.ToString();
+  EXPECT_EQ(server.request_count(), 4u);
+}
+
 TEST_F(S3FaultTest, PermanentErrorsAreNotRetried) {
   FakeHttpServer server([](const FakeHttpRequest&) {
     return FakeHttpResponse::S3Error(403, "AccessDenied", "Access Denied");

@@ -28,7 +28,7 @@ import sys
 import zipfile
 
 TARGETS = ("pickle_reader", "dcp_metadata", "torch_zip", "safetensors_header", "olmo_metadata",
-           "s3_xml")
+           "s3_xml", "cluster_records")
 
 
 def walk(root, match):

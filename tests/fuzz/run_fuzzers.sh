@@ -50,6 +50,7 @@ declare -A srcs=(
   [safetensors_header]="src/formats/safetensors_header.cc src/common/status.cc"
   [olmo_metadata]="src/formats/olmo_metadata.cc src/formats/dcp_metadata.cc src/formats/pickle_reader.cc src/formats/pickle_value.cc src/common/status.cc"
   [s3_xml]="src/remote/s3_xml.cc src/common/status.cc"
+  [cluster_records]="src/formats/cluster_records.cc src/formats/node_name.cc src/common/status.cc"
 )
 declare -A max_len=(
   [pickle_reader]=8192
@@ -58,6 +59,7 @@ declare -A max_len=(
   [safetensors_header]=4096
   [olmo_metadata]=8192
   [s3_xml]=8192
+  [cluster_records]=8192
 )
 # target -> system libraries to link. pugixml comes from Debian's
 # libpugixml-dev as a plain (uninstrumented) library: ASan and coverage see
@@ -65,7 +67,7 @@ declare -A max_len=(
 declare -A libs=(
   [s3_xml]="-lpugixml"
 )
-all_targets=(pickle_reader dcp_metadata torch_zip safetensors_header olmo_metadata s3_xml)
+all_targets=(pickle_reader dcp_metadata torch_zip safetensors_header olmo_metadata s3_xml cluster_records)
 read -r -a targets <<<"${CKPTFS_FUZZ_TARGETS:-${all_targets[*]}}"
 for t in "${targets[@]}"; do
   [[ -n "${srcs[$t]:-}" ]] || { log "unknown target '$t' (known: ${all_targets[*]})" >&2; exit 2; }
