@@ -31,28 +31,11 @@ Status Bad(const char* kind, const std::string& field, const std::string& why) {
 // The name of entry i of the array field `name`: "files[3]".
 std::string At(const std::string& name, size_t i) { return name + "[" + std::to_string(i) + "]"; }
 
-// A string for a message: printable ASCII as is, other bytes as \xNN, at most
-// 80 bytes of it.
-std::string Quote(std::string_view s) {
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < 80; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[5];
-      snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (s.size() > 80) out += "...";
-  return out + "'";
-}
 
 // A JSON value for a message: strings quoted and cut, arrays and objects by
 // type only (dump() recurses once per nesting level of the input).
 std::string Show(const Json& v) {
-  if (v.is_string()) return "the string " + Quote(v.get_ref<const std::string&>());
+  if (v.is_string()) return "the string " + QuoteForMessage(v.get_ref<const std::string&>());
   if (v.is_structured()) return std::string("an ") + v.type_name();
   return v.dump();
 }
@@ -113,20 +96,20 @@ std::string WhyNotRelativePath(std::string_view p) {
     return "is " + std::to_string(p.size()) + " bytes long (at most " +
            std::to_string(kMaxRecordPathLength) + ")";
   }
-  if (p.find('\0') != std::string_view::npos) return Quote(p) + " contains NUL";
-  if (!ValidUtf8(p)) return Quote(p) + " is not valid UTF-8";
-  if (p.front() == '/') return Quote(p) + " is absolute";
-  if (p.back() == '/') return Quote(p) + " ends with '/'";
+  if (p.find('\0') != std::string_view::npos) return QuoteForMessage(p) + " contains NUL";
+  if (!ValidUtf8(p)) return QuoteForMessage(p) + " is not valid UTF-8";
+  if (p.front() == '/') return QuoteForMessage(p) + " is absolute";
+  if (p.back() == '/') return QuoteForMessage(p) + " ends with '/'";
   size_t start = 0;
   while (start <= p.size()) {
     size_t end = p.find('/', start);
     if (end == std::string_view::npos) end = p.size();
     const std::string_view part = p.substr(start, end - start);
-    if (part.empty()) return Quote(p) + " has an empty component";
+    if (part.empty()) return QuoteForMessage(p) + " has an empty component";
     if (part == "." || part == "..")
-      return Quote(p) + " has a '" + std::string(part) + "' component";
+      return QuoteForMessage(p) + " has a '" + std::string(part) + "' component";
     if (part.size() > kMaxRecordComponentLength) {
-      return Quote(p) + " has a component longer than " +
+      return QuoteForMessage(p) + " has a component longer than " +
              std::to_string(kMaxRecordComponentLength) + " bytes";
     }
     start = end + 1;
@@ -164,8 +147,8 @@ Status CheckText(const char* kind, const std::string& field, const std::string& 
   if (s.size() > kMaxRecordStringLength) {
     return Bad(kind, field, "longer than " + std::to_string(kMaxRecordStringLength) + " bytes");
   }
-  if (s.find('\0') != std::string::npos) return Bad(kind, field, Quote(s) + " contains NUL");
-  if (!ValidUtf8(s)) return Bad(kind, field, Quote(s) + " is not valid UTF-8");
+  if (s.find('\0') != std::string::npos) return Bad(kind, field, QuoteForMessage(s) + " contains NUL");
+  if (!ValidUtf8(s)) return Bad(kind, field, QuoteForMessage(s) + " is not valid UTF-8");
   return Status::Ok();
 }
 
@@ -185,14 +168,14 @@ Status CheckTree(const char* kind, const std::vector<std::string>& dirs,
   for (size_t i = 0; i < dirs.size(); ++i) {
     CKPTFS_RETURN_IF_ERROR(CheckPath(kind, At("dirs", i), dirs[i]));
     if (!seen->insert(dirs[i]).second)
-      return Bad(kind, At("dirs", i), "duplicate path " + Quote(dirs[i]));
+      return Bad(kind, At("dirs", i), "duplicate path " + QuoteForMessage(dirs[i]));
   }
   CKPTFS_RETURN_IF_ERROR(CheckCount(kind, "symlinks", symlinks.size(), kMaxRecordEntries));
   for (size_t i = 0; i < symlinks.size(); ++i) {
     const auto& s = symlinks[i];
     CKPTFS_RETURN_IF_ERROR(CheckPath(kind, At("symlinks", i) + ".path", s.path));
     if (!seen->insert(s.path).second) {
-      return Bad(kind, At("symlinks", i) + ".path", "duplicate path " + Quote(s.path));
+      return Bad(kind, At("symlinks", i) + ".path", "duplicate path " + QuoteForMessage(s.path));
     }
     if (s.target.empty()) return Bad(kind, At("symlinks", i) + ".target", "is empty");
     CKPTFS_RETURN_IF_ERROR(CheckText(kind, At("symlinks", i) + ".target", s.target));
@@ -308,7 +291,7 @@ Status ParseHead(const char* kind, const char* format, const std::string& text, 
   Fields top(kind, *j, "");
   std::string f;
   CKPTFS_RETURN_IF_ERROR(top.String("format", &f));
-  if (f != format) return top.Bad("format", Quote(f) + " is not '" + format + "'");
+  if (f != format) return top.Bad("format", QuoteForMessage(f) + " is not '" + format + "'");
   const Json* v;
   CKPTFS_RETURN_IF_ERROR(top.Get("version", &v));
   if (!v->is_number_integer() || v->get<int64_t>() != kFormatVersion) {
@@ -454,7 +437,7 @@ Status ValidatePartRecord(const PartRecord& r) {
   }
   for (char c : r.cache_id) {
     if (c <= 0x20 || c >= 0x7f)
-      return Bad(k, "cache_id", Quote(r.cache_id) + " is not printable ASCII without spaces");
+      return Bad(k, "cache_id", QuoteForMessage(r.cache_id) + " is not printable ASCII without spaces");
   }
   CKPTFS_RETURN_IF_ERROR(CheckPath(k, "step_path", r.step_path));
   if (!r.staged_as.empty()) CKPTFS_RETURN_IF_ERROR(CheckPath(k, "staged_as", r.staged_as));
@@ -472,7 +455,7 @@ Status ValidatePartRecord(const PartRecord& r) {
     const PartRecord::File& f = r.files[i];
     const std::string at = At("files", i);
     CKPTFS_RETURN_IF_ERROR(CheckPath(k, at + ".path", f.path));
-    if (!seen.insert(f.path).second) return Bad(k, at + ".path", "duplicate path " + Quote(f.path));
+    if (!seen.insert(f.path).second) return Bad(k, at + ".path", "duplicate path " + QuoteForMessage(f.path));
     CKPTFS_RETURN_IF_ERROR(CheckMode(k, at + ".mode", f.mode));
     if (f.uploaded && !f.crc32c) return Bad(k, at + ".crc32c", "is null for an uploaded file");
     if (!f.chunks.empty()) {
@@ -589,7 +572,7 @@ Status ValidateClusterStepRecord(const ClusterStepRecord& r) {
   CKPTFS_RETURN_IF_ERROR(CheckPath(k, "step_path", r.step_path));
   if (!ParseProposal(r.proposal, nullptr, nullptr)) {
     return Bad(k, "proposal",
-               Quote(r.proposal) + " is not '<node>~<nonce>' (a node name, '~', then 1-" +
+               QuoteForMessage(r.proposal) + " is not '<node>~<nonce>' (a node name, '~', then 1-" +
                    std::to_string(kMaxProposalNonceLength) +
                    " characters from A-Z, a-z, 0-9, '.', '_' and '-')");
   }
@@ -599,7 +582,7 @@ Status ValidateClusterStepRecord(const ClusterStepRecord& r) {
   CKPTFS_RETURN_IF_ERROR(CheckText(k, "best_ref", r.best_ref));
   CKPTFS_RETURN_IF_ERROR(CheckCount(k, "parts", r.parts.size(), kMaxRecordNodes));
   for (const auto& [node, part] : r.parts) {
-    CKPTFS_RETURN_IF_ERROR(CheckNode(k, "parts[" + Quote(node) + "]", node));
+    CKPTFS_RETURN_IF_ERROR(CheckNode(k, "parts[" + QuoteForMessage(node) + "]", node));
   }
   CKPTFS_RETURN_IF_ERROR(CheckCount(k, "files", r.files.size(), kMaxRecordEntries));
   std::set<std::string_view> seen;
@@ -608,9 +591,9 @@ Status ValidateClusterStepRecord(const ClusterStepRecord& r) {
     const ClusterStepRecord::File& f = r.files[i];
     const std::string at = At("files", i);
     CKPTFS_RETURN_IF_ERROR(CheckPath(k, at + ".path", f.path));
-    if (!seen.insert(f.path).second) return Bad(k, at + ".path", "duplicate path " + Quote(f.path));
+    if (!seen.insert(f.path).second) return Bad(k, at + ".path", "duplicate path " + QuoteForMessage(f.path));
     if (!r.parts.contains(f.node))
-      return Bad(k, at + ".node", Quote(f.node) + " has no entry in parts");
+      return Bad(k, at + ".node", QuoteForMessage(f.node) + " has no entry in parts");
     CKPTFS_RETURN_IF_ERROR(CheckMode(k, at + ".mode", f.mode));
     if (__builtin_add_overflow(total, f.size, &total))
       return Bad(k, at + ".size", "the sizes overflow 64 bits");
@@ -673,7 +656,7 @@ Result<ClusterStepRecord> DecodeClusterStepRecord(const std::string& json) {
     const Json* parts;
     CKPTFS_RETURN_IF_ERROR(top.Object("parts", kMaxRecordNodes, &parts));
     for (const auto& [node, v] : parts->items()) {
-      const std::string at = "parts[" + Quote(node) + "]";
+      const std::string at = "parts[" + QuoteForMessage(node) + "]";
       if (!v.is_object()) return Bad(k, at, "must be an object, not " + Show(v));
       Fields p(k, v, at);
       ClusterStepRecord::Part part;

@@ -14,23 +14,6 @@ bool IsAlnum(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
 
-// The name for a message: printable ASCII as is, other bytes as \xNN, at most
-// 80 characters of it.
-std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < 80; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[5];
-      snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (s.size() > 80) out += "...";
-  return out + "'";
-}
 
 std::string CharName(char c) {
   const unsigned char u = static_cast<unsigned char>(c);
@@ -44,7 +27,7 @@ std::string CharName(char c) {
 
 Status ValidateNodeName(const std::string& name) {
   auto bad = [&](const std::string& why) {
-    return Status::Error(EINVAL, "node name " + Quote(name) + ": " + why + "; " + kAllowed);
+    return Status::Error(EINVAL, "node name " + QuoteForMessage(name) + ": " + why + "; " + kAllowed);
   };
   if (name.empty()) return Status::Error(EINVAL, std::string("empty node name; ") + kAllowed);
   if (name.size() > kMaxNodeNameLength) {
@@ -60,6 +43,22 @@ Status ValidateNodeName(const std::string& name) {
   }
   if (name.back() == '.') return bad("ends with '.'");
   return Status::Ok();
+}
+
+std::string QuoteForMessage(std::string_view s) {
+  std::string out = "'";
+  for (size_t i = 0; i < s.size() && i < 80; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[5];
+      snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (s.size() > 80) out += "...";
+  return out + "'";
 }
 
 }  // namespace ckptfs

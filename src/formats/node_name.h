@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -18,5 +19,9 @@ inline constexpr size_t kMaxNodeNameLength = 63;
 // Ok, or EINVAL with a message that names the offending character or rule
 // and says what is allowed.
 Status ValidateNodeName(const std::string& name);
+
+// A name read from outside, for an error message: in quotes, printable
+// ASCII as is, other bytes as \xNN, cut at 80 bytes.
+std::string QuoteForMessage(std::string_view s);
 
 }  // namespace ckptfs

@@ -248,22 +248,14 @@ Result<HttpResponse> S3ObjectStore::Execute(const Request& req, const std::strin
 }
 
 Status S3ObjectStore::Put(const std::string& key, const std::string& data) {
-  Result<std::string> s3_key = S3Key(key);
-  if (!s3_key.ok()) return s3_key.status();
-  Request req;
-  req.method = "PUT";
-  req.s3_key = *s3_key;
-  req.body = data.data();
-  req.body_size = data.size();
-  req.bulk_body = true;
-  if (std::optional<BodyDigests> d = Digests(data)) {
-    AddChecksumHeaders(*d, &req.headers);
-    req.check_answer = AnswerCheck(*d);
-  }
-  return Execute(req, "put " + key).status();
+  return PutObject(key, data, /*if_absent=*/false);
 }
 
 Status S3ObjectStore::PutIfAbsent(const std::string& key, const std::string& data) {
+  return PutObject(key, data, /*if_absent=*/true);
+}
+
+Status S3ObjectStore::PutObject(const std::string& key, const std::string& data, bool if_absent) {
   Result<std::string> s3_key = S3Key(key);
   if (!s3_key.ok()) return s3_key.status();
   Request req;
@@ -275,12 +267,12 @@ Status S3ObjectStore::PutIfAbsent(const std::string& key, const std::string& dat
   // 412 PreconditionFailed when the key exists (EEXIST, s3_errors.cc); 409
   // ConditionalRequestConflict while another conditional write of the key
   // is in flight, retried.
-  req.headers = {{"if-none-match", "*"}};
+  if (if_absent) req.headers = {{"if-none-match", "*"}};
   if (std::optional<BodyDigests> d = Digests(data)) {
     AddChecksumHeaders(*d, &req.headers);
     req.check_answer = AnswerCheck(*d);
   }
-  return Execute(req, "conditional put " + key).status();
+  return Execute(req, (if_absent ? "conditional put " : "put ") + key).status();
 }
 
 Result<std::string> S3ObjectStore::BeginMultipart(const std::string& key) {

@@ -141,6 +141,8 @@ class S3ObjectStore final : public ObjectStore {
 
   // The full S3 key, after checking key and the length S3 allows.
   Result<std::string> S3Key(const std::string& key) const;
+  // PutObject, with If-None-Match: * when if_absent.
+  Status PutObject(const std::string& key, const std::string& data, bool if_absent);
   // Sends req (signing every attempt afresh) until it succeeds or fails for
   // good; see Request. what prefixes the error ("put run1/x").
   Result<HttpResponse> Execute(const Request& req, const std::string& what);
