@@ -112,6 +112,12 @@ struct FileSystemOptions {
   // Shown in status.json.
   std::string mountpoint;
   std::string cache_dir;
+  // Cluster mode (SPEC section 9, docs/cluster.md): this node's name
+  // (--node; "" = a single-node mount, sections 1-8), and how old a run
+  // directory's view of the cluster's steps may get before a lookup or
+  // listing reads the remote again (--refresh).
+  std::string node;
+  int64_t refresh_ns = 1'000'000'000;
 };
 
 // What asked for a step's commit (SPEC section 3's triggers). The commit
