@@ -90,6 +90,19 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
                                             d->events_.get(), tier_options);
     d->fs_->SetTierHooks(d->tier_.get());
     d->tier_->Start();
+    if (!options.fs.node.empty()) {
+      // Cluster mode (docs/cluster.md): the bucket is what the nodes share.
+      ClusterBookOptions cluster_options;
+      cluster_options.node = options.fs.node;
+      cluster_options.cache_id = d->cluster_cache_id_.empty() ? options.fs.node : d->cluster_cache_id_;
+      cluster_options.mode = d->cluster_mode_;
+      cluster_options.refresh_ns = options.fs.refresh_ns;
+      cluster_options.clock = &d->clock_;
+      d->cluster_ = std::make_unique<ClusterBook>(d->fs_.get(), d->tier_->store(), d->events_.get(),
+                                                  cluster_options);
+      d->fs_->SetClusterHooks(d->cluster_.get());
+      d->cluster_->Start();
+    }
     // A cold mount shows the remote's persisted steps from the start; an
     // unreachable remote does not hold the mount up for long (the import
     // goes on in the background and steps appear when it succeeds).
@@ -188,6 +201,11 @@ Daemon::~Daemon() {
     fuse_session_destroy(session_);
   }
   coordinator_.reset();
+  if (cluster_) {
+    cluster_->Stop();
+    fs_->SetClusterHooks(nullptr);
+    cluster_.reset();
+  }
   if (tier_) {
     fs_->SetTierHooks(nullptr);
     tier_.reset();

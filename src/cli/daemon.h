@@ -11,6 +11,7 @@
 #include "control/event_log.h"
 #include "lifecycle/commit_coordinator.h"
 #include "namespace/filesystem.h"
+#include "tiering/cluster_book.h"
 #include "tiering/remote_tier.h"
 
 struct fuse_session;
@@ -39,6 +40,11 @@ class Daemon {
   std::unique_ptr<FileSystem> fs_;
   std::unique_ptr<CommitCoordinator> coordinator_;
   std::unique_ptr<RemoteTier> tier_;  // with --remote
+  std::unique_ptr<ClusterBook> cluster_;  // with --node
+  // What joining the cluster settled (the cache's identity, the pinned way
+  // of deciding); set before the ClusterBook is made.
+  std::string cluster_cache_id_;
+  DecideMode cluster_mode_ = DecideMode::kVotes;
   std::unique_ptr<FastPathServer> fast_path_;  // unless --writer-socket none
   fuse_session* session_ = nullptr;
   bool mounted_ = false;

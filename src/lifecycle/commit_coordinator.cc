@@ -10,11 +10,21 @@ namespace ckptfs {
 
 namespace {
 
+// How often a cluster commit that waits for other nodes' parts asks again:
+// the commit lands within this of the last part (docs/cluster.md).
+constexpr int64_t kClusterPollNs = 100'000'000;
+
 // The step's files as the completeness check sees them: sizes from the
-// plan, contents read from the backing files.
+// plan, contents read from the backing files; in cluster mode, other nodes'
+// files with sizes from their part records, contents read from the bucket.
 class PlanFiles final : public StepFiles {
  public:
-  PlanFiles(DataStore* data, const CommitPort::CommitPlan& plan) : data_(data) {
+  PlanFiles(DataStore* data, CommitPort* port, const CommitPort::CommitPlan& plan)
+      : data_(data), port_(port), plan_(plan) {
+    for (const auto& p : plan.other_parts) {
+      for (const auto& f : p.files) files_.emplace(f.path, Info{0, f.size});
+    }
+    // This node's copy of a path wins, as in the step record.
     for (const auto& f : plan.files) files_[f.path] = {f.ino, f.size};
   }
 
@@ -37,6 +47,7 @@ class PlanFiles final : public StepFiles {
                                 uint64_t length) const override {
     auto it = files_.find(rel_path);
     if (it == files_.end()) return Status::Error(ENOENT, rel_path + " does not exist");
+    if (it->second.ino == 0) return port_->ReadClusterFile(plan_, rel_path, offset, length);
     auto file = data_->Open(it->second.ino, /*create=*/false);
     if (!file.ok()) return file.status();
     std::string out(length, '\0');
@@ -60,6 +71,8 @@ class PlanFiles final : public StepFiles {
     uint64_t size;
   };
   DataStore* data_;
+  CommitPort* port_;
+  const CommitPort::CommitPlan& plan_;
   std::unordered_map<std::string, Info> files_;
 };
 
@@ -137,6 +150,10 @@ void CommitCoordinator::DrainForTest() {
         step = queue_.front();
         queue_.pop_front();
         queued_.erase(step);
+      } else if (!delayed_.empty() && delayed_.begin()->first <= clock_->MonotonicNanos()) {
+        // Delayed requests that are due by the test's clock.
+        step = delayed_.begin()->second;
+        delayed_.erase(delayed_.begin());
       } else {
         return;
       }
@@ -172,14 +189,43 @@ void CommitCoordinator::WorkerLoop() {
   }
 }
 
+void CommitCoordinator::RequestAfter(uint64_t step_ino, int64_t delay_ns) {
+  {
+    MutexLock lock(&queue_mu_);
+    if (stopping_) return;
+    delayed_.emplace(clock_->MonotonicNanos() + delay_ns, step_ino);
+  }
+  stop_cv_.notify_all();
+}
+
 void CommitCoordinator::IdleLoop() {
   MutexLock lock(&queue_mu_);
+  int64_t next_tick = clock_->MonotonicNanos() + 1'000'000'000;
   while (!stopping_) {
-    lock.WaitFor(*clock_, stop_cv_, 1'000'000'000, [this] {
-      queue_mu_.AssertHeld();  // WaitFor calls it with the lock held
-      return stopping_;
-    });
+    const int64_t now = clock_->MonotonicNanos();
+    int64_t wait = next_tick - now;
+    if (!delayed_.empty()) wait = std::min(wait, delayed_.begin()->first - now);
+    if (wait > 0) {
+      const size_t delayed_before = delayed_.size();
+      lock.WaitFor(*clock_, stop_cv_, wait, [this, delayed_before] {
+        queue_mu_.AssertHeld();  // WaitFor calls it with the lock held
+        return stopping_ || delayed_.size() != delayed_before;
+      });
+    }
     if (stopping_) return;
+    // Cluster commits that wait for other nodes' parts are asked again.
+    bool queued = false;
+    while (!delayed_.empty() && delayed_.begin()->first <= clock_->MonotonicNanos()) {
+      const uint64_t step = delayed_.begin()->second;
+      delayed_.erase(delayed_.begin());
+      if (queued_.insert(step).second) {
+        queue_.push_back(step);
+        queued = true;
+      }
+    }
+    if (queued) queue_cv_.notify_one();
+    if (clock_->MonotonicNanos() < next_tick) continue;
+    next_tick = clock_->MonotonicNanos() + 1'000'000'000;
     lock.Unlock();
     // A manifest that failed to take a write (full disk) is retried here
     // too, so writes resume once space is freed even if nobody writes.
@@ -198,7 +244,15 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   auto plan = steps_->BeginCommit(step_ino);
   if (!plan.ok()) return;  // waiting for writers, already done, or timed out
 
-  Completeness check = CheckStepCompleteness(PlanFiles(data_, *plan));
+  // Cluster mode: the other nodes' parts join the check. Their closes do
+  // not reach this node, so a commit that waits for them asks again soon.
+  if (Status gathered = steps_->GatherCluster(&*plan); !gathered.ok()) {
+    const bool broken = gathered.err() == EIO;
+    steps_->AbortCommit(step_ino, gathered, /*waiting=*/!broken, broken);
+    if (!broken) RequestAfter(step_ino, kClusterPollNs);
+    return;
+  }
+  Completeness check = CheckStepCompleteness(PlanFiles(data_, steps_, *plan));
   plan->ephemeral = check.ephemeral;
   plan->best_ref = check.best_ref;
   using Verdict = Completeness::Verdict;
@@ -206,6 +260,7 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   // hold a commit the user or --commit-idle asked for.
   if (check.verdict == Verdict::kWaiting && !(check.layout_only && plan->forced)) {
     steps_->AbortCommit(step_ino, Status::Error(EAGAIN, check.reason), /*waiting=*/true, /*broken=*/false);
+    if (plan->cluster) RequestAfter(step_ino, kClusterPollNs);
     return;
   }
   if (check.verdict == Verdict::kBroken) {
@@ -227,6 +282,7 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
     std::snprintf(why, sizeof why, "settling: commits after %.3g s without writes in the step (%s)",
                   static_cast<double>(settle_ns) / 1e9, check.reason.c_str());
     steps_->AbortCommit(step_ino, Status::Error(EAGAIN, why), /*waiting=*/true, /*broken=*/false, /*settling=*/true);
+    if (plan->cluster) RequestAfter(step_ino, std::max(kClusterPollNs, settle_ns - plan->quiet_ns));
     return;
   }
 
@@ -256,6 +312,12 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   std::vector<uint64_t> inos;
   for (const auto& f : plan->files) inos.push_back(f.ino);
   steps_->DropPageCache(inos);
+  // Cluster mode: one record for the step, whichever nodes ask at once.
+  if (st = steps_->DecideCluster(&*plan); !st.ok()) {
+    steps_->AbortCommit(step_ino, st.Annotate("deciding the cluster's step record"), /*waiting=*/true, false);
+    RequestAfter(step_ino, kClusterPollNs);
+    return;
+  }
   st = steps_->FinishCommit(*plan);
   if (!st.ok() && st.err() != EALREADY) steps_->AbortCommit(step_ino, st, false, false);
 }

@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <set>
 #include <thread>
@@ -45,6 +46,8 @@ class CommitCoordinator {
   CommitCoordinator& operator=(const CommitCoordinator&) = delete;
 
   void Request(uint64_t step_ino);
+  // Asks again after delay_ns (cluster commits waiting for other nodes).
+  void RequestAfter(uint64_t step_ino, int64_t delay_ns);
   // A run index file was closed: read it and commit the steps it names.
   void RequestIndex(uint64_t file_ino, uint64_t session);
   // Runs queued commits on the calling thread until the queue is empty; for
@@ -72,6 +75,8 @@ class CommitCoordinator {
   std::condition_variable stop_cv_;   // the idle thread sleeps here between scans
   std::deque<uint64_t> queue_ GUARDED_BY(queue_mu_);
   std::set<uint64_t> queued_ GUARDED_BY(queue_mu_);
+  // Requests to make later: (monotonic deadline, step), by deadline.
+  std::multimap<int64_t, uint64_t> delayed_ GUARDED_BY(queue_mu_);
   // Index files to read, with the session of their writer.
   std::deque<std::pair<uint64_t, uint64_t>> index_queue_ GUARDED_BY(queue_mu_);
   bool stopping_ GUARDED_BY(queue_mu_) = false;

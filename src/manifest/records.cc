@@ -131,7 +131,7 @@ bool StepRecord::operator==(const StepRecord& o) const {
   return state == o.state && step == o.step && SameTime(committed_at, o.committed_at) &&
          bytes == o.bytes && files == o.files && error == o.error && ephemeral == o.ephemeral &&
          persisted == o.persisted && session == o.session && best_ref == o.best_ref &&
-         pending_commit == o.pending_commit;
+         pending_commit == o.pending_commit && committer == o.committer;
 }
 
 const char* StepStateName(StepState state) {
@@ -260,11 +260,13 @@ std::string EncodeStep(const StepRecord& rec) {
   e.U8(rec.persisted ? 1 : 0);
   // Trailing fields added later are written only when set, so records of
   // steps that do not use them stay readable by older versions.
-  if (rec.session != 0 || !rec.best_ref.empty() || rec.pending_commit != 0) {
+  const bool cluster = !rec.committer.empty();
+  if (rec.session != 0 || !rec.best_ref.empty() || rec.pending_commit != 0 || cluster) {
     e.U64(rec.session);
     e.String(rec.best_ref);
   }
-  if (rec.pending_commit != 0) e.U8(rec.pending_commit);
+  if (rec.pending_commit != 0 || cluster) e.U8(rec.pending_commit);
+  if (cluster) e.String(rec.committer);
   return std::move(e).Finish();
 }
 
@@ -287,6 +289,7 @@ Result<StepRecord> DecodeStep(std::string_view value) {
     rec.best_ref = d.String();
   }
   if (d.HasMore()) rec.pending_commit = d.U8();
+  if (d.HasMore()) rec.committer = d.String();
   if (!d.Done()) return Corrupt("step");
   return rec;
 }
@@ -304,6 +307,7 @@ std::string EncodeObject(const ObjectRecord& rec) {
   e.U64(rec.chunk_size);
   e.U32(static_cast<uint32_t>(rec.chunk_crcs.size()));
   for (uint32_t c : rec.chunk_crcs) e.U32(c);
+  if (!rec.owner_node.empty()) e.String(rec.owner_node);
   return std::move(e).Finish();
 }
 
@@ -327,6 +331,7 @@ Result<ObjectRecord> DecodeObject(std::string_view value) {
     if (!rec.chunk_crcs.empty() && (rec.chunk_size == 0 || ChunkCount(rec.size, rec.chunk_size) != n)) {
       return Corrupt("object");
     }
+    if (d.HasMore()) rec.owner_node = d.String();
   } else {
     // Before crc_known was recorded, the only objects recorded without a
     // CRC32C were run-level files imported from a listing, with 0.

@@ -85,6 +85,10 @@ struct StepRecord {
   // of leaving the step incomplete (filesystem_recovery.cc). Optional
   // trailing field.
   uint8_t pending_commit = 0;
+  // Cluster mode (SPEC section 9): the node that decided the step's commit
+  // for the whole cluster ("" = a single-node step). Only that node writes
+  // the step's commit object. Optional trailing field.
+  std::string committer;
 
   bool operator==(const StepRecord&) const;
 };
@@ -116,6 +120,10 @@ struct ObjectRecord {
   // verified on their own; without them only the whole file can be.
   uint64_t chunk_size = 0;
   std::vector<uint32_t> chunk_crcs;
+  // Cluster mode: the node whose part holds this file ("" = this node). The
+  // data is that node's to upload; until its part record says it is
+  // uploaded, crc_known is false and reads wait (docs/cluster.md).
+  std::string owner_node;
 
   bool operator==(const ObjectRecord&) const = default;
 };

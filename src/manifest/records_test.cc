@@ -153,6 +153,31 @@ TEST(RecordsTest, StepPendingCommitRoundTripsAndOlderRecordsHaveNone) {
   EXPECT_EQ(*DecodeStep(EncodeStep(rec)), rec);
 }
 
+TEST(RecordsTest, StepCommitterRoundTripsAndOlderRecordsHaveNone) {
+  StepRecord rec = SampleStep();
+  rec.session = 0;
+  rec.best_ref.clear();
+  rec.pending_commit = 0;
+  const std::string without = EncodeStep(rec);
+  EXPECT_EQ(DecodeStep(without)->committer, "");
+  rec.committer = "gpu-017";
+  const std::string with = EncodeStep(rec);
+  // The earlier trailing fields are written too, so the committer is last.
+  EXPECT_EQ(with.size(), without.size() + 8 + 4 + 1 + 4 + 7);
+  EXPECT_EQ(*DecodeStep(with), rec);
+  EXPECT_FALSE(*DecodeStep(with) == *DecodeStep(without));
+}
+
+TEST(RecordsTest, ObjectOwnerNodeRoundTripsAndOlderRecordsHaveNone) {
+  ObjectRecord object{"a/step1/x", 10, 5, 0, false, false, 0, {}};
+  const std::string mine = EncodeObject(object);
+  EXPECT_EQ(DecodeObject(mine)->owner_node, "");
+  object.owner_node = "b";
+  const std::string theirs = EncodeObject(object);
+  EXPECT_EQ(theirs.size(), mine.size() + 4 + 1);
+  EXPECT_EQ(*DecodeObject(theirs), object);
+}
+
 TEST(RecordsTest, ObjectAndUploadRecordsRoundTrip) {
   ObjectRecord object{"a/step1/x y", ~0ULL, -5, 0xffffffff, true, true, 0, {}};
   EXPECT_EQ(*DecodeObject(EncodeObject(object)), object);

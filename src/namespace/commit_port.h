@@ -16,10 +16,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "formats/cluster_records.h"
 
 namespace ckptfs {
 
@@ -53,6 +55,15 @@ class CommitPort {
     // Set by the coordinator from the step's own metadata.
     bool ephemeral = false;
     std::string best_ref;
+
+    // Cluster mode (SPEC section 9): the step is committed for every node.
+    // GatherCluster fills other_parts with the other nodes' part records;
+    // the completeness check runs on the union; DecideCluster fills decided
+    // with the one record of the step (this node's proposal or another's),
+    // which FinishCommit applies.
+    bool cluster = false;
+    std::vector<PartRecord> other_parts;
+    std::optional<ClusterStepRecord> decided;
   };
 
   // The coordinator's entry points, set once before serving requests (and
@@ -88,6 +99,17 @@ class CommitPort {
   // Sends the kernel the entry invalidations queued by removals the daemon
   // made by itself (retention after a commit); call without the lock.
   virtual void FlushInvalidations() = 0;
+
+  // Cluster mode. GatherCluster reads the other nodes' parts of the step
+  // into plan->other_parts (EIO: a malformed record, named; other errors:
+  // the bucket is unreachable, the commit waits and is asked again).
+  // ReadClusterFile reads a file of another node's part for the
+  // completeness check. DecideCluster decides the step's record for the
+  // cluster (plan->decided). Without --node: no-ops. Call without the lock.
+  virtual Status GatherCluster(CommitPlan* plan) = 0;
+  virtual Result<std::string> ReadClusterFile(const CommitPlan& plan, const std::string& path,
+                                              uint64_t offset, uint64_t length) = 0;
+  virtual Status DecideCluster(CommitPlan* plan) = 0;
 
   // Reads a run index file and asks for the commit of every writing step of
   // its run that it names (by directory name, or by step number).

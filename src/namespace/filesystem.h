@@ -54,6 +54,8 @@
 #include "namespace/inode.h"
 #include "namespace/fs_types.h"
 #include "namespace/inode_table.h"
+#include "namespace/cluster_hooks.h"
+#include "namespace/cluster_port.h"
 #include "namespace/commit_port.h"
 #include "namespace/manifest_journal.h"
 #include "namespace/step_book.h"
@@ -146,7 +148,7 @@ struct StepSummary {
   StepRecord rec;
 };
 
-class FileSystem : public CommitPort, public TierPort {
+class FileSystem : public CommitPort, public TierPort, public ClusterPort {
  public:
   // Loads the namespace from the manifest and recovers from an unclean stop
   // (SPEC section 3): writing steps become incomplete, orphaned inodes and
@@ -283,6 +285,23 @@ class FileSystem : public CommitPort, public TierPort {
   // between a commit's fsyncs and its batch, while the step is frozen).
   void DropPageCache(const std::vector<uint64_t>& inos) override;
   void FlushInvalidations() override;
+
+  // CommitPort's cluster methods (filesystem_cluster.cc).
+  Status GatherCluster(CommitPlan* plan) override;
+  Result<std::string> ReadClusterFile(const CommitPlan& plan, const std::string& path, uint64_t offset,
+                                      uint64_t length) override;
+  Status DecideCluster(CommitPlan* plan) override;
+
+  // --- cluster mode (filesystem_cluster.cc). Set once before serving
+  // requests when the mount has --node.
+  void SetClusterHooks(ClusterHooks* hooks);
+  // ClusterPort: see cluster_port.h.
+  Result<PartRecord> PartSnapshot(const std::string& step_path) override;
+  std::map<std::string, StepView> StepViews() override;
+  Status ApplyClusterStep(const ClusterStepRecord& record) override;
+  Status ApplyClusterPersisted(const std::string& step_path) override;
+  std::vector<AwaitedPart> PartsAwaited() override;
+  Status NoteRemoteUploads(const std::string& step_path, const PartRecord& part) override;
 
   // --- remote tier (filesystem_tiering.cc). Called by RemoteTier's threads.
   // Set once before serving requests when a remote is configured.
@@ -462,6 +481,35 @@ class FileSystem : public CommitPort, public TierPort {
   void RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) REQUIRES(mu_);
   Status ValidateXattr(Inode* inode, const std::string& name, const std::string& value) REQUIRES(mu_);
 
+  // Rename without cluster publication (filesystem_entries.cc).
+  Status RenameEntry(uint64_t parent, const std::string& name, uint64_t new_parent,
+                     const std::string& new_name, unsigned int flags);
+  // Cluster helpers (filesystem_cluster.cc).
+  // The path of the writing step ino is in, when this node's part of it must
+  // be published before the operation returns ("" = none, or not a cluster).
+  std::string ClusterStepOfLocked(uint64_t ino) REQUIRES(mu_);
+  // Publishes this node's part of the step (no-op for ""); call without mu_.
+  // EIO when the bucket cannot take it.
+  Status PublishPartOf(const std::string& step_path) EXCLUDES(mu_);
+  // Brings the cluster's steps up to date when the view is older than
+  // --refresh; call without mu_.
+  void MaybeRefreshCluster() EXCLUDES(mu_);
+  // Before a read of another node's file: waits for its upload and records
+  // its CRCs. Call without mu_.
+  Status AwaitOwnerUpload(FileHandle* fh) EXCLUDES(mu_);
+  Result<PartRecord> PartSnapshotLocked(const std::string& step_path) REQUIRES(mu_);
+  void CollectPartLocked(Inode* dir, const std::string& prefix, PartRecord* part) REQUIRES(mu_);
+  Result<Inode*> EnsureDirPathLocked(Inode* base, const std::string& rel, ManifestBatch* batch) REQUIRES(mu_);
+  // Makes the step the record says (sealing this node's files, adding the
+  // other nodes' as remote, dropping local files it does not list), in batch.
+  Status ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStepRecord& record, ManifestBatch* batch,
+                                  std::vector<uint64_t>* sealed) REQUIRES(mu_);
+  static StepRecord ClusterStepRecordFor(const StepRecord& before, const ClusterStepRecord& record);
+  // FinishCommit for a cluster step (plan.decided set).
+  Status FinishClusterCommitLocked(const CommitPlan& plan) REQUIRES(mu_);
+  bool NoteRemoteUploadLocked(Inode* inode, const PartRecord& part, const PartRecord::File& f,
+                              ManifestBatch* batch) REQUIRES(mu_);
+
   // Remote tier helpers (filesystem_tiering.cc); REQUIRES: mu_ held.
   // EPERM for the commit object's name directly in a step (with a remote).
   Status CheckNotReserved(uint64_t parent, const std::string& name) const REQUIRES(mu_);
@@ -613,6 +661,9 @@ class FileSystem : public CommitPort, public TierPort {
   // Remote tier state (filesystem_tiering.cc).
   TierHooks* tier_ = nullptr;
   TierLedger ledger_ GUARDED_BY(mu_);  // uploads, objects, key claims, run-level files
+
+  // Cluster mode (filesystem_cluster.cc): set once before serving requests.
+  ClusterHooks* cluster_ = nullptr;
 };
 
 }  // namespace ckptfs

@@ -101,6 +101,8 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
 
 Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) {
   if (VirtualNodes* v = VirtualNodesFor(ino)) return v->GetXattr(ino, name);
+  // A step's state may have changed on another node.
+  if (name.rfind("user.ckptfs.", 0) == 0) MaybeRefreshCluster();
   MutexLock lock(&mu_);
   if (!inodes_.Find(ino)) return Status::Error(ENOENT, "no such inode");
   if (auto v = StepXattr(ino, name)) return *v;

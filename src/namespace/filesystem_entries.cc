@@ -36,6 +36,8 @@ Result<Inode*> FileSystem::PrepareNewEntry(MutexLock& lock, uint64_t parent,
 
 Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
   if (name.size() > 255) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
+  // Cluster mode: steps committed or removed by other nodes show up here.
+  MaybeRefreshCluster();
   if (VirtualNodes* v = VirtualNodesFor(parent)) return v->Lookup(parent, name);
   if (name == kFullDirName) {
     if (std::optional<Result<Entry>> full = LookupFullDir(parent)) return *full;
@@ -211,6 +213,7 @@ Status FileSystem::TurnOffLatestLinkLocked(Inode* run) {
 }
 
 Result<std::string> FileSystem::Readlink(uint64_t ino) {
+  if (KindOf(ino) == NodeKind::kLatestLink) MaybeRefreshCluster();
   MutexLock lock(&mu_);
   if (KindOf(ino) == NodeKind::kLatestLink) {
     const uint64_t run = ino & ~kLatestBit;
@@ -226,6 +229,31 @@ Result<std::string> FileSystem::Readlink(uint64_t ino) {
 
 Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                           const std::string& new_name, unsigned int flags) {
+  std::string before;
+  if (cluster_) {
+    MutexLock lock(&mu_);
+    before = ClusterStepOfLocked(parent);
+  }
+  CKPTFS_RETURN_IF_ERROR(RenameEntry(parent, name, new_parent, new_name, flags));
+  if (!cluster_) return Status::Ok();
+  // Cluster mode: the step the entry left and the one it joined (a staging
+  // directory renamed into a step, a marker renamed into place) publish this
+  // node's part before rename() returns.
+  std::string after;
+  {
+    MutexLock lock(&mu_);
+    auto dir = inodes_.FindDir(new_parent);
+    if (dir.ok()) {
+      auto it = (*dir)->children.find(new_name);
+      if (it != (*dir)->children.end()) after = ClusterStepOfLocked(it->second.ino);
+    }
+  }
+  if (!before.empty() && before != after) CKPTFS_RETURN_IF_ERROR(PublishPartOf(before));
+  return PublishPartOf(after);
+}
+
+Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_t new_parent,
+                               const std::string& new_name, unsigned int flags) {
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
     return Status::Error(EINVAL, "unsupported rename flags");
   }
@@ -373,6 +401,7 @@ Status FileSystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 }
 
 Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset, size_t max) {
+  if (offset == 0) MaybeRefreshCluster();
   if (VirtualNodes* v = VirtualNodesFor(ino)) return v->Readdir(ino, offset, max);
   MutexLock lock(&mu_);
   std::vector<DirEntry> out;

@@ -147,6 +147,8 @@ Status FileSystem::PrepareRead(FileHandle* fh, uint64_t offset, size_t n) {
 
 Status FileSystem::EnsureReadable(FileHandle* fh, uint64_t offset, size_t n) {
   if (fh->remote_key.empty() || !tier_ || offset >= fh->remote_size) return Status::Ok();
+  // Another node's file: its owner uploads it; wait for that (and its CRCs).
+  CKPTFS_RETURN_IF_ERROR(AwaitOwnerUpload(fh));
   const size_t len = static_cast<size_t>(std::min<uint64_t>(n, fh->remote_size - offset));
   return tier_->EnsureLocal(fh->ino, fh->remote_key, fh->remote_size, fh->file.get(), offset, len);
 }
@@ -190,20 +192,26 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
 }
 
 Status FileSystem::Flush(FileHandle* fh) {
-  MutexLock lock(&mu_);
-  Inode* inode = inodes_.Find(fh->ino);
-  if (!inode || inode->rec.nlink == 0) return Status::Ok();
-  ManifestBatch batch;
-  if (inode->dirty) {
-    InodeTable::Put(*inode, &batch);
-    inode->dirty = false;
+  std::string publish;
+  {
+    MutexLock lock(&mu_);
+    Inode* inode = inodes_.Find(fh->ino);
+    if (!inode || inode->rec.nlink == 0) return Status::Ok();
+    ManifestBatch batch;
+    if (inode->dirty) {
+      InodeTable::Put(*inode, &batch);
+      inode->dirty = false;
+    }
+    if (fh->writable && !fh->flushed) {
+      fh->flushed = true;
+      if (inode->unflushed_writers > 0) inode->unflushed_writers--;
+      if (IsMarkerName(inode->name)) RecordClosedMarkerLocked(fh->pid, inode, &batch);
+    }
+    CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+    if (fh->writable) publish = ClusterStepOfLocked(fh->ino);
   }
-  if (fh->writable && !fh->flushed) {
-    fh->flushed = true;
-    if (inode->unflushed_writers > 0) inode->unflushed_writers--;
-    if (IsMarkerName(inode->name)) RecordClosedMarkerLocked(fh->pid, inode, &batch);
-  }
-  return Apply(batch, false);
+  // Cluster mode: close() returns once the committing node can see the file.
+  return PublishPartOf(publish);
 }
 
 void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch) {
@@ -244,7 +252,10 @@ Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {
   ManifestBatch batch;
   if (inode->rec.nlink > 0) InodeTable::Put(*inode, &batch);
   inode->dirty = false;
-  return Apply(batch, true);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
+  const std::string publish = fh->writable && inode->rec.nlink > 0 ? ClusterStepOfLocked(fh->ino) : "";
+  lock.Unlock();
+  return PublishPartOf(publish);
 }
 
 Status FileSystem::Release(FileHandle* fh) {

@@ -137,6 +137,9 @@ Result<std::vector<StepDecision>> FileSystem::PlanRetentionFor(uint64_t run_ino)
 void FileSystem::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch) {
   Inode* run = inodes_.Find(run_ino);
   if (!run || !run->is_dir()) return;
+  // Cluster mode: retention must be decided once for the cluster and act on
+  // every node; until it does (docs/cluster.md, "Not yet"), it does not act.
+  if (cluster_) return;
   for (const StepDecision& d : PlanLocked(run)) {
     if (!d.keep) RemoveStepLocked(d.id, d.reason, batch);
   }

@@ -332,7 +332,16 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
   const std::string old_error = rec.error;
   rec.error = why.message();
   bool gave_up_after_crash = false;
-  if (waiting && !settling && rt.recovered) {
+  const bool cluster_gave_up = cluster_ && waiting && !settling &&
+                               clock_->MonotonicNanos() - rt.wanted_since > options_.commit_wait_ns;
+  if (cluster_gave_up) {
+    // Cluster mode: files another node was to write never came (SPEC
+    // section 9: the step stays writing, then incomplete after the bound).
+    rec.state = StepState::kIncomplete;
+    rec.error = "incomplete after --commit-wait: " + rec.error;
+    rt.EndRequest();
+    rec.pending_commit = 0;
+  } else if (waiting && !settling && rt.recovered) {
     // The commit recovery resumed finds files missing or short: nobody will
     // write them now, so the step is incomplete as SPEC's crash rule says.
     rec.state = StepState::kIncomplete;
@@ -357,7 +366,7 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
   } else if (broken) {
     metrics_.steps_broken++;
     EmitStepEvent("broken", step_ino, rec, rec.error);
-  } else if (!waiting) {
+  } else if (!waiting || cluster_gave_up) {
     metrics_.commits_failed++;
     EmitStepEvent("commit_failed", step_ino, rec, rec.error);
   } else if (old_error != rec.error) {
@@ -402,6 +411,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
     step_cv_.notify_all();
     return health;
   }
+  if (plan.decided) return FinishClusterCommitLocked(plan);
   ManifestBatch batch;
   StepRecord rec = it->second;
   rec.state = StepState::kCommitted;

@@ -59,6 +59,12 @@ Status FileSystem::CheckNotReserved(uint64_t parent, const std::string& name) co
   // name directly in a step would be overwritten by it in the remote, and
   // one directly in a run directory (uploaded as a run-level file) would
   // look like the commit object of a step named like the run.
+  if (cluster_ && IsCkptfsName(name) && (parent == kRootIno || steps_.count(parent))) {
+    // Cluster mode keeps its records in the bucket under these names
+    // (.ckptfs-parts/, .ckptfs-step.json, .ckptfs-index/, ...).
+    return Status::Error(EPERM, name + ": names starting with .ckptfs are reserved for ckptfs's cluster records "
+                                       "in steps and at the top of the mount");
+  }
   if (!options_.remote || name != kCommitObjectName) return Status::Ok();
   Inode* dir = inodes_.Find(parent);
   if (steps_.count(parent) || (dir && HoldsStepLocked(*dir))) {
@@ -210,17 +216,22 @@ void FileSystem::ForgetObjectLocked(Inode* inode, ManifestBatch* batch) {
   if (!inode->object) return;
   ledger_.ForgetObject(inode->object->key, ino);
   batch->Delete(KeySpace::kObjects, InoKey(ino));
-  QueueRemoteDeleteLocked(inode->object->key, false, batch);
+  // Another node's file (cluster mode): its object is that node's part, not
+  // this node's to delete (docs/cluster.md: removal is local for now).
+  if (inode->object->owner_node.empty()) QueueRemoteDeleteLocked(inode->object->key, false, batch);
   inode->object.reset();
 }
 
 void FileSystem::UnpersistStepLocked(uint64_t step_ino, const std::string& old_path,
                                      ManifestBatch* batch) {
   if (!options_.remote) return;
+  auto it = steps_.find(step_ino);
+  // A cluster step's commit object is its committer's.
+  const bool others = it != steps_.end() && cluster_ && !it->second.committer.empty() &&
+                      it->second.committer != cluster_->node();
   // Any committed step may have a commit object (or one being written),
   // even one that just stopped being a step (renamed to another name).
-  QueueRemoteDeleteLocked(CommitObjectKey(old_path), true, batch);
-  auto it = steps_.find(step_ino);
+  if (!others) QueueRemoteDeleteLocked(CommitObjectKey(old_path), true, batch);
   if (it == steps_.end()) return;
   if (it->second.persisted) {
     it->second.persisted = false;
@@ -374,6 +385,11 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
   ledger_.SetObjectOwner(rec.key, job.ino);
   batch.Put(KeySpace::kObjects, InoKey(job.ino), EncodeObject(rec));
   ledger_.Dequeue(job.ino, &batch);
+  // Cluster mode: the part record tells the committing node and readers on
+  // other nodes that this file is in the bucket, with its CRCs.
+  if (cluster_) {
+    if (const uint64_t step = steps_.StepOf(inodes_, job.ino)) cluster_->PartUploadsChanged(inodes_.PathOf(step));
+  }
   return Apply(batch, false);
 }
 
@@ -389,7 +405,14 @@ void FileSystem::CollectTree(Inode* dir, const std::string& prefix, CommitObject
       obj->symlinks.push_back({rel, child->rec.symlink_target});
     } else if (child->is_reg()) {
       const std::string key = obj->step_path + "/" + rel;
-      if (!ObjectIsCurrent(*child, key)) {
+      if (child->object && !child->object->owner_node.empty()) {
+        // Another node's file: complete once its part record said it is
+        // uploaded (NoteRemoteUploads); that node uploads it, never this one.
+        if (!child->object->crc_known || child->object->key != key) {
+          *complete = false;
+          continue;
+        }
+      } else if (!ObjectIsCurrent(*child, key)) {
         *complete = false;
         // Not uploaded where it is now and not queued (moved before the
         // step was committed): queue it.
@@ -422,6 +445,8 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
   if (!options_.remote) return out;
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || rec.persisted) continue;
+    // A cluster step's commit object is written by the node that committed it.
+    if (!rec.committer.empty() && (!cluster_ || rec.committer != cluster_->node())) continue;
     Inode* dir = inodes_.Find(ino);
     if (!dir) continue;
     CommitObject obj;
@@ -454,6 +479,8 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
   const StepRecord rec = it->second;
   StepBook::Put(job.step_ino, rec, &batch);
   EmitStepEvent("persisted", job.step_ino, rec);
+  // Cluster mode: the other nodes learn it from the bucket's step index.
+  if (cluster_ && !rec.committer.empty()) cluster_->StepPersisted(inodes_.PathOf(job.step_ino));
   // Run-level files waiting for this step may go now.
   if (tier_ && ledger_.AnyRunFileWaits()) tier_->UploadsQueued();
   // The newest persisted step may have been all that kept an older one

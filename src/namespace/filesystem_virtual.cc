@@ -169,6 +169,7 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
   }
   info.holdings = HoldingsLocked();
   if (tier_) tier_->AddStatus(&info.extra);
+  if (cluster_) cluster_->AddStatus(&info.extra);
   // The remote's last error quotes object keys, that is paths.
   if (!everything && info.extra.contains("remote")) info.extra["remote"]["last_error"] = nullptr;
   // Whether metadata changes are being recorded: "error" means the mount is

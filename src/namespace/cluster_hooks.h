@@ -1,0 +1,76 @@
+// The seam between the namespace and cluster mode (SPEC section 9,
+// docs/cluster.md): what FileSystem asks of the cluster while it serves
+// requests. tiering/ClusterBook implements it over the shared bucket;
+// without --node FileSystem has no cluster hooks and never asks.
+//
+// The blocking calls are made without FileSystem::mu_ (they wait for the
+// object store); the signalling ones are called with it held and must only
+// queue work for the cluster's own thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "formats/cluster_records.h"
+
+namespace ckptfs {
+
+class ClusterHooks {
+ public:
+  virtual ~ClusterHooks() = default;
+
+  // This node's name (--node).
+  virtual const std::string& node() const = 0;
+
+  // Publishes this node's part of the step (its files as they are now) and
+  // returns once a part record at least that new is in the bucket, so that
+  // close() and fsync() return only after the committing node can see the
+  // file. Concurrent calls for one step share one PUT. Blocking.
+  virtual Status PublishPart(const std::string& step_path) = 0;
+
+  // Every node's part record of the step except this node's own (the
+  // committing node knows its own files). Malformed records are an EIO
+  // naming the key. Blocking.
+  virtual Result<std::vector<PartRecord>> GatherParts(const std::string& step_path) = 0;
+
+  // Bytes of a file of another node's part, for the completeness check
+  // (metadata the committing node did not write): waits for the owner's
+  // upload, then reads the object. Blocking.
+  virtual Result<std::string> ReadPartFile(const std::string& step_path, const PartRecord::File& file,
+                                           const std::string& owner, uint64_t offset, uint64_t length) = 0;
+
+  // Decides the step's one record for the cluster (conditional put, or votes
+  // where the server ignores conditions) and makes it visible to the other
+  // nodes: the record decided, which is `proposal` or another node's.
+  // Blocking.
+  virtual Result<ClusterStepRecord> DecideStep(const ClusterStepRecord& proposal) = 0;
+
+  // Brings the namespace's view of the cluster's steps up to date when it is
+  // older than --refresh (one LIST of the bucket's step index, GETs only for
+  // steps new here). Concurrent callers share one refresh. Blocking.
+  virtual void MaybeRefresh() = 0;
+
+  // Waits until the owner node's part record says the file is uploaded, and
+  // returns that record (the file's size, CRC32C and chunk CRCs are in it).
+  // ETIMEDOUT after the wait bound. Blocking.
+  virtual Result<PartRecord> AwaitUpload(const std::string& step_path, const std::string& rel_path,
+                                               const std::string& owner) = 0;
+
+  // Signals (called with FileSystem::mu_ held; must only queue):
+  // a file of this node's part finished uploading: republish the part.
+  virtual void PartUploadsChanged(const std::string& step_path) = 0;
+  // a cluster step this node committed became persisted: record it in the index.
+  virtual void StepPersisted(const std::string& step_path) = 0;
+  // a cluster step this node committed waits for other nodes' uploads.
+  virtual void AwaitingParts() = 0;
+
+  // The cluster's part of status.json. Called with FileSystem::mu_ held.
+  virtual void AddStatus(nlohmann::json* status) const = 0;
+};
+
+}  // namespace ckptfs

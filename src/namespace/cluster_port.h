@@ -1,0 +1,55 @@
+// ClusterPort: what cluster mode (tiering/ClusterBook) may ask of the
+// namespace, and nothing else; ClusterHooks is the other direction.
+// FileSystem implements it. Every method takes the namespace lock itself;
+// the ClusterBook calls them without its own locks held.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "formats/cluster_records.h"
+
+namespace ckptfs {
+
+class ClusterPort {
+ public:
+  virtual ~ClusterPort() = default;
+
+  // This node's part of a step as it is now: its own files (not the ones
+  // materialised from other nodes' parts), directories and links, with
+  // what its uploads recorded. The caller fills node, cache_id, seq and
+  // published_at. ENOENT: no such step here.
+  virtual Result<PartRecord> PartSnapshot(const std::string& step_path) = 0;
+
+  // What this node knows of each step, by path, for a refresh to skip the
+  // steps it has already applied.
+  struct StepView {
+    bool committed = false;  // committed (here or adopted from the cluster)
+    bool persisted = false;
+  };
+  virtual std::map<std::string, StepView> StepViews() = 0;
+
+  // A step committed by the cluster (its decided record): commits the local
+  // step with it (sealing this node's files, adding the other nodes' files
+  // as remote, dropping local files the record does not list), or creates
+  // it. EAGAIN: a local commit of the step is in progress (try later).
+  virtual Status ApplyClusterStep(const ClusterStepRecord& record) = 0;
+  // The cluster's commit object of a committed step is written.
+  virtual Status ApplyClusterPersisted(const std::string& step_path) = 0;
+
+  // Steps this node committed for the cluster that are not persisted, and
+  // the nodes whose uploads they still wait for.
+  struct AwaitedPart {
+    std::string step_path;
+    std::string owner;
+  };
+  virtual std::vector<AwaitedPart> PartsAwaited() = 0;
+  // What another node's part record says of its uploads: files of that node
+  // in the step get their CRC32Cs (reads of them can be verified, and the
+  // committing node can write the commit object once all are known).
+  virtual Status NoteRemoteUploads(const std::string& step_path, const PartRecord& part) = 0;
+};
+
+}  // namespace ckptfs

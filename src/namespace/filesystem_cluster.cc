@@ -1,0 +1,596 @@
+// The namespace's side of cluster mode (SPEC section 9, docs/cluster.md):
+// this node's part of a step, the step record the cluster decided applied
+// to the local image (the committing node's FinishCommit and every other
+// node's refresh use the same code), and what the committing node learns
+// of other nodes' uploads. The ClusterBook (src/tiering) does the I/O.
+#include <algorithm>
+#include <set>
+
+#include "namespace/file_handle.h"
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+
+namespace {
+
+int64_t MtimeNanos(const Inode& inode) { return TimespecToNanos(inode.rec.mtime); }
+
+timespec NanosToTimespec(int64_t ns) {
+  timespec t{};
+  t.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  t.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  return t;
+}
+
+timespec SecondsToTimespec(double s) {
+  return NanosToTimespec(static_cast<int64_t>(s * 1e9));
+}
+
+}  // namespace
+
+void FileSystem::SetClusterHooks(ClusterHooks* hooks) {
+  MutexLock lock(&mu_);
+  cluster_ = hooks;
+}
+
+std::string FileSystem::ClusterStepOfLocked(uint64_t ino) {
+  if (!cluster_) return "";
+  const uint64_t step = steps_.StepOf(inodes_, ino);
+  if (step == 0) return "";
+  auto it = steps_.find(step);
+  if (it == steps_.end() || it->second.state == StepState::kCommitted ||
+      it->second.state == StepState::kDeleting) {
+    return "";
+  }
+  return inodes_.PathOf(step);
+}
+
+Status FileSystem::PublishPartOf(const std::string& step_path) {
+  if (step_path.empty() || !cluster_) return Status::Ok();
+  Status st = cluster_->PublishPart(step_path);
+  if (!st.ok()) {
+    // The trainer's close fails: its file is on this node's disk, but the
+    // committing node could not know of it, so the save must not go on as if
+    // it were part of the checkpoint.
+    events_->Append({{"event", "error"}, {"kind", "cluster_publish"}, {"path", step_path},
+                     {"error", st.message()}});
+    return Status::Error(EIO, "cannot publish this node's part of " + step_path + " to the cluster: " +
+                                  st.message());
+  }
+  return Status::Ok();
+}
+
+void FileSystem::MaybeRefreshCluster() {
+  if (cluster_) cluster_->MaybeRefresh();
+}
+
+void FileSystem::CollectPartLocked(Inode* dir, const std::string& prefix, PartRecord* part) {
+  for (const auto& [name, dent] : dir->children) {
+    Inode* child = inodes_.Find(dent.ino);
+    if (!child) continue;
+    const std::string rel = prefix.empty() ? name : prefix + "/" + name;
+    if (child->is_dir()) {
+      part->dirs.push_back(rel);
+      CollectPartLocked(child, rel, part);
+    } else if (child->is_symlink()) {
+      part->symlinks.push_back({rel, child->rec.symlink_target});
+    } else if (child->is_reg()) {
+      // Files materialised from other nodes' parts are theirs.
+      if (child->object && !child->object->owner_node.empty()) continue;
+      PartRecord::File f;
+      f.path = rel;
+      f.size = child->rec.size;
+      f.mode = child->rec.mode & 07777;
+      f.mtime_ns = MtimeNanos(*child);
+      const bool current = ObjectIsCurrent(*child, part->step_path + "/" + rel) &&
+                           !ledger_.IsQueued(child->rec.ino) && child->object->crc_known;
+      if (current) {
+        f.uploaded = true;
+        f.crc32c = child->object->crc32c;
+        const ObjectRecord& o = *child->object;
+        if (!o.chunk_crcs.empty() && (part->chunk_size == 0 || part->chunk_size == o.chunk_size)) {
+          part->chunk_size = o.chunk_size;
+          f.chunks = o.chunk_crcs;
+        }
+      }
+      part->files.push_back(std::move(f));
+    }
+  }
+}
+
+Result<PartRecord> FileSystem::PartSnapshot(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  return PartSnapshotLocked(step_path);
+}
+
+Result<PartRecord> FileSystem::PartSnapshotLocked(const std::string& step_path) {
+  const uint64_t step = ResolveRelative(kRootIno, step_path);
+  auto it = steps_.find(step);
+  Inode* dir = step ? inodes_.Find(step) : nullptr;
+  if (it == steps_.end() || !dir) return Status::Error(ENOENT, step_path + " is not a step here");
+  PartRecord part;
+  part.step_path = step_path;
+  CollectPartLocked(dir, "", &part);
+  std::sort(part.files.begin(), part.files.end(),
+            [](const PartRecord::File& a, const PartRecord::File& b) { return a.path < b.path; });
+  std::sort(part.dirs.begin(), part.dirs.end());
+  part.all_uploaded = !part.files.empty() &&
+                      std::all_of(part.files.begin(), part.files.end(), [](const auto& f) { return f.uploaded; });
+  part.open_writers = OpenWritersUnder(dir);
+  // Activity is kept on the monotonic clock; the record carries wall time.
+  const StepRuntime* rt = steps_.FindRuntime(step);
+  const int64_t idle_ns = rt && rt->last_activity > 0 ? clock_->MonotonicNanos() - rt->last_activity : 0;
+  part.last_activity = std::max(0.0, static_cast<double>(TimespecToNanos(clock_->Now()) - idle_ns) / 1e9);
+  return part;
+}
+
+std::map<std::string, ClusterPort::StepView> FileSystem::StepViews() {
+  MutexLock lock(&mu_);
+  std::map<std::string, StepView> out;
+  for (const auto& [ino, rec] : steps_) {
+    StepView v;
+    v.committed = rec.state == StepState::kCommitted;
+    v.persisted = v.committed && rec.persisted;
+    out[inodes_.PathOf(ino)] = v;
+  }
+  return out;
+}
+
+Result<Inode*> FileSystem::EnsureDirPathLocked(Inode* base, const std::string& rel, ManifestBatch* batch) {
+  Inode* at = base;
+  size_t start = 0;
+  while (start < rel.size()) {
+    size_t end = rel.find('/', start);
+    if (end == std::string::npos) end = rel.size();
+    const std::string part = rel.substr(start, end - start);
+    if (!CheckName(part).ok() || part == "." || part == "..") {
+      return Status::Error(EIO, "invalid path component '" + part + "' in " + rel);
+    }
+    auto it = at->children.find(part);
+    Inode* next = it == at->children.end() ? nullptr : inodes_.Find(it->second.ino);
+    if (!next) {
+      const Caller owner{base->rec.uid, base->rec.gid};
+      auto made = NewInode(owner, at->rec.ino, part, S_IFDIR | 0755, batch);
+      if (!made.ok()) return made.status();
+      inodes_.AddChild(at, part, *made, clock_->Now(), batch);
+      InodeTable::Put(*at, batch);
+      next = *made;
+    } else if (!next->is_dir()) {
+      return Status::Error(EIO, part + " is a file here and a directory in the cluster's record");
+    }
+    at = next;
+    start = end + 1;
+  }
+  return at;
+}
+
+Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStepRecord& record,
+                                            ManifestBatch* batch, std::vector<uint64_t>* sealed) {
+  Inode* dir = inodes_.Find(step_ino);
+  if (!dir) return Status::Error(ENOENT, record.step_path + " vanished");
+  const std::string me = cluster_ ? cluster_->node() : options_.node;
+  std::vector<std::pair<std::string, uint64_t>> local;
+  CollectFiles(dir, "", &local);
+  std::map<std::string, uint64_t> local_by_path(local.begin(), local.end());
+  std::set<std::string> listed;
+  for (const auto& f : record.files) listed.insert(f.path);
+  // Files here that the record does not list (written after the part the
+  // decision used was published) are not part of the checkpoint.
+  for (const auto& [path, ino] : local_by_path) {
+    if (listed.count(path)) continue;
+    Inode* inode = inodes_.Find(ino);
+    Inode* parent = inode ? inodes_.Find(inode->rec.parent) : nullptr;
+    if (!inode || !parent) continue;
+    events_->Append({{"event", "warning"}, {"kind", "cluster_late_file"},
+                     {"path", record.step_path + "/" + path},
+                     {"error", "not in the step record the cluster decided; removed from the committed step"}});
+    inodes_.RemoveChild(parent, inode->name, clock_->Now(), batch);
+    DropLink(inode, batch);
+  }
+  for (const auto& d : record.dirs) CKPTFS_RETURN_IF_ERROR(EnsureDirPathLocked(dir, d, batch).status());
+  for (const auto& f : record.files) {
+    auto found = local_by_path.find(f.path);
+    Inode* inode = found == local_by_path.end() ? nullptr : inodes_.Find(found->second);
+    const bool mine = f.node == me;
+    if (inode && inode->rec.nlink > 0 && (!inode->object || inode->object->owner_node.empty() ||
+                                          inode->object->owner_node == f.node)) {
+      if (mine && inode->rec.size == f.size && !(inode->object && !inode->object->owner_node.empty())) {
+        if (!inode->rec.sealed) {
+          inode->rec.sealed = true;
+          InodeTable::Put(*inode, batch);
+          sealed->push_back(inode->rec.ino);
+        }
+        if (options_.remote && !ledger_.IsQueued(inode->rec.ino) &&
+            !ObjectIsCurrent(*inode, record.step_path + "/" + f.path)) {
+          QueueUploadLocked(inode, batch);
+        }
+        continue;
+      }
+      if (!mine && inode->object && inode->object->owner_node == f.node && inode->rec.size == f.size) continue;
+    }
+    if (inode) {
+      // Another node's file under the same name, or a local copy that is
+      // not what the record says: the record wins.
+      if (Inode* parent = inodes_.Find(inode->rec.parent)) {
+        inodes_.RemoveChild(parent, inode->name, clock_->Now(), batch);
+        DropLink(inode, batch);
+      }
+    }
+    const size_t slash = f.path.rfind('/');
+    const std::string leaf = slash == std::string::npos ? f.path : f.path.substr(slash + 1);
+    auto parent = EnsureDirPathLocked(dir, slash == std::string::npos ? "" : f.path.substr(0, slash), batch);
+    if (!parent.ok()) return parent.status();
+    if ((*parent)->children.count(leaf)) return Status::Error(EIO, "duplicate " + f.path + " in the step record");
+    const Caller owner{dir->rec.uid, dir->rec.gid};
+    auto made = NewInode(owner, (*parent)->rec.ino, leaf, S_IFREG | (f.mode & 07777), batch);
+    if (!made.ok()) return made.status();
+    Inode* file = *made;
+    file->rec.size = f.size;
+    file->rec.sealed = true;
+    file->rec.mtime = NanosToTimespec(f.mtime_ns);
+    file->rec.ctime = SecondsToTimespec(record.committed_at);
+    file->backing_unsynced = false;
+    InodeTable::Put(*file, batch);
+    inodes_.AddChild(*parent, leaf, file, clock_->Now(), batch);
+    ObjectRecord obj;
+    obj.key = record.step_path + "/" + f.path;
+    obj.size = f.size;
+    obj.mtime_ns = f.mtime_ns;
+    obj.crc32c = f.crc32c.value_or(0);
+    // Nothing to fetch for an empty file; otherwise reads wait for the owner's
+    // part record to say the upload is done, with its chunk CRCs.
+    obj.resident = f.size == 0;
+    obj.crc_known = f.size == 0;
+    obj.owner_node = f.node;
+    file->object = obj;
+    ledger_.SetObjectOwner(obj.key, file->rec.ino);
+    batch->Put(KeySpace::kObjects, InoKey(file->rec.ino), EncodeObject(obj));
+  }
+  for (const auto& s : record.symlinks) {
+    const size_t slash = s.path.rfind('/');
+    const std::string leaf = slash == std::string::npos ? s.path : s.path.substr(slash + 1);
+    auto parent = EnsureDirPathLocked(dir, slash == std::string::npos ? "" : s.path.substr(0, slash), batch);
+    if (!parent.ok()) return parent.status();
+    if ((*parent)->children.count(leaf)) continue;
+    const Caller owner{dir->rec.uid, dir->rec.gid};
+    auto link = NewInode(owner, (*parent)->rec.ino, leaf, S_IFLNK | 0777, batch);
+    if (!link.ok()) return link.status();
+    (*link)->rec.symlink_target = s.target;
+    (*link)->rec.sealed = true;
+    InodeTable::Put(**link, batch);
+    inodes_.AddChild(*parent, leaf, *link, clock_->Now(), batch);
+  }
+  return Status::Ok();
+}
+
+StepRecord FileSystem::ClusterStepRecordFor(const StepRecord& before, const ClusterStepRecord& record) {
+  StepRecord rec = before;
+  rec.state = StepState::kCommitted;
+  rec.committed_at = SecondsToTimespec(record.committed_at);
+  rec.bytes = record.bytes;
+  rec.files = record.files.size();
+  rec.error.clear();
+  rec.ephemeral = record.ephemeral;
+  rec.best_ref = record.best_ref;
+  rec.pending_commit = 0;
+  rec.persisted = false;
+  rec.committer = record.committer;
+  return rec;
+}
+
+Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
+  MutexLock lock(&mu_);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  std::vector<std::string> parts;
+  for (size_t start = 0; start <= record.step_path.size();) {
+    size_t end = record.step_path.find('/', start);
+    if (end == std::string::npos) end = record.step_path.size();
+    parts.push_back(record.step_path.substr(start, end - start));
+    start = end + 1;
+  }
+  for (const auto& p : parts) {
+    if (!CheckName(p).ok() || p == "." || p == "..") {
+      return Status::Error(EINVAL, "invalid step path '" + record.step_path + "'");
+    }
+  }
+  if (parts.front() == kControlDirName) return Status::Error(EINVAL, "reserved name");
+  if (!pattern_.Match(parts.back())) {
+    return Status::Error(EINVAL, parts.back() + " does not match the step pattern of this mount");
+  }
+  ManifestBatch batch;
+  uint64_t step_ino = ResolveRelative(kRootIno, record.step_path);
+  if (step_ino != 0) {
+    auto it = steps_.find(step_ino);
+    if (it == steps_.end()) return Status::Error(EEXIST, record.step_path + " is not a step here");
+    if (it->second.state == StepState::kCommitted || it->second.state == StepState::kDeleting) {
+      return Status::Ok();
+    }
+    if (const StepRuntime* rt = steps_.FindRuntime(step_ino); rt && rt->committing) {
+      return Status::Error(EAGAIN, record.step_path + " is being committed here");
+    }
+  } else {
+    Inode* root = inodes_.Find(kRootIno);
+    std::string run;
+    for (size_t i = 0; i + 1 < parts.size(); i++) run += (i ? "/" : "") + parts[i];
+    auto run_dir = EnsureDirPathLocked(root, run, &batch);
+    if (!run_dir.ok()) return run_dir.status();
+    if (steps_.StepOf(inodes_, (*run_dir)->rec.ino) != 0) {
+      return Status::Error(EINVAL, record.step_path + " would be inside a step here");
+    }
+    const Caller owner{root->rec.uid, root->rec.gid};
+    auto made = NewInode(owner, (*run_dir)->rec.ino, parts.back(), S_IFDIR | 0755, &batch);
+    if (!made.ok()) return made.status();
+    inodes_.AddChild(*run_dir, parts.back(), *made, clock_->Now(), &batch);
+    InodeTable::Put(**run_dir, &batch);
+    step_ino = (*made)->rec.ino;
+    if (record.dir_mtime_ns > 0) (*made)->rec.mtime = NanosToTimespec(record.dir_mtime_ns);
+    StepRecord fresh;
+    fresh.step = *pattern_.Match(parts.back());
+    steps_.Add(step_ino, fresh, clock_->MonotonicNanos(), &batch);
+  }
+  std::vector<uint64_t> sealed;
+  CKPTFS_RETURN_IF_ERROR(ApplyClusterRecordLocked(step_ino, record, &batch, &sealed));
+  auto it = steps_.find(step_ino);
+  const StepRecord rec = ClusterStepRecordFor(it->second, record);
+  it->second = rec;
+  StepBook::Put(step_ino, rec, &batch);
+  if (StepRuntime* rt = steps_.FindRuntime(step_ino)) {
+    rt->EndRequest();
+    rt->recovered = false;
+    rt->outcome_gen++;
+  }
+  step_cv_.notify_all();
+  Status st = Apply(batch, /*sync=*/true, /*keep_on_failure=*/false);
+  if (!st.ok()) {
+    journal_.MarkDiverged();
+    return st;
+  }
+  for (uint64_t ino : sealed) {
+    if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
+  }
+  if (tier_) tier_->UploadsQueued();
+  EmitStepEvent("commit", step_ino, rec, "committed by node " + record.committer);
+  return Status::Ok();
+}
+
+Status FileSystem::ApplyClusterPersisted(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  const uint64_t step = ResolveRelative(kRootIno, step_path);
+  auto it = steps_.find(step);
+  if (it == steps_.end() || it->second.state != StepState::kCommitted || it->second.persisted) {
+    return Status::Ok();
+  }
+  it->second.persisted = true;
+  ManifestBatch batch;
+  StepBook::Put(step, it->second, &batch);
+  EmitStepEvent("persisted", step, it->second);
+  return Apply(batch, false);
+}
+
+std::vector<ClusterPort::AwaitedPart> FileSystem::PartsAwaited() {
+  MutexLock lock(&mu_);
+  std::vector<AwaitedPart> out;
+  if (!cluster_) return out;
+  for (const auto& [ino, rec] : steps_) {
+    if (rec.state != StepState::kCommitted || rec.persisted || rec.committer != cluster_->node()) continue;
+    Inode* dir = inodes_.Find(ino);
+    if (!dir) continue;
+    std::vector<std::pair<std::string, uint64_t>> files;
+    CollectFiles(dir, "", &files);
+    std::set<std::string> owners;
+    for (const auto& [path, file_ino] : files) {
+      Inode* f = inodes_.Find(file_ino);
+      if (f && f->object && !f->object->owner_node.empty() && !f->object->crc_known) {
+        owners.insert(f->object->owner_node);
+      }
+    }
+    const std::string path = inodes_.PathOf(ino);
+    for (const auto& o : owners) out.push_back({path, o});
+  }
+  return out;
+}
+
+bool FileSystem::NoteRemoteUploadLocked(Inode* inode, const PartRecord& part, const PartRecord::File& f,
+                                        ManifestBatch* batch) {
+  if (!inode || !inode->object || inode->object->owner_node != part.node || inode->object->crc_known) return false;
+  if (!f.uploaded || !f.crc32c || f.size != inode->rec.size) return false;
+  ObjectRecord& o = *inode->object;
+  o.crc32c = *f.crc32c;
+  o.crc_known = true;
+  if (!f.chunks.empty()) {
+    o.chunk_size = part.chunk_size;
+    o.chunk_crcs = f.chunks;
+  }
+  batch->Put(KeySpace::kObjects, InoKey(inode->rec.ino), EncodeObject(o));
+  return true;
+}
+
+Status FileSystem::NoteRemoteUploads(const std::string& step_path, const PartRecord& part) {
+  MutexLock lock(&mu_);
+  const uint64_t step = ResolveRelative(kRootIno, step_path);
+  if (step == 0 || !steps_.count(step)) return Status::Ok();
+  ManifestBatch batch;
+  size_t learned = 0;
+  for (const auto& f : part.files) {
+    const uint64_t ino = ResolveRelative(step, f.path);
+    if (ino && NoteRemoteUploadLocked(inodes_.Find(ino), part, f, &batch)) learned++;
+  }
+  if (learned == 0) return Status::Ok();
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  // The commit object may be complete now.
+  if (tier_) tier_->UploadsQueued();
+  return Status::Ok();
+}
+
+Status FileSystem::AwaitOwnerUpload(FileHandle* fh) {
+  std::string step_path, rel, owner;
+  {
+    MutexLock lock(&mu_);
+    if (!cluster_) return Status::Ok();
+    Inode* inode = inodes_.Find(fh->ino);
+    if (!inode || !inode->object || inode->object->owner_node.empty() || inode->object->crc_known) {
+      return Status::Ok();
+    }
+    const uint64_t step = steps_.StepOf(inodes_, fh->ino);
+    if (step == 0) return Status::Error(EIO, "a file of another node outside a step");
+    step_path = inodes_.PathOf(step);
+    const std::string path = inodes_.PathOf(fh->ino);
+    rel = path.substr(step_path.size() + 1);
+    owner = inode->object->owner_node;
+  }
+  auto part = cluster_->AwaitUpload(step_path, rel, owner);
+  if (!part.ok()) {
+    return Status::Error(part.status().err() == ETIMEDOUT ? EIO : part.status().err(),
+                         step_path + "/" + rel + ": node " + owner + " has not uploaded it: " +
+                             part.status().message());
+  }
+  MutexLock lock(&mu_);
+  Inode* inode = inodes_.Find(fh->ino);
+  ManifestBatch batch;
+  for (const auto& f : part->files) {
+    if (f.path == rel && NoteRemoteUploadLocked(inode, *part, f, &batch)) {
+      CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+    }
+  }
+  return Status::Ok();
+}
+
+Status FileSystem::GatherCluster(CommitPlan* plan) {
+  if (!cluster_) return Status::Ok();
+  plan->cluster = true;
+  auto parts = cluster_->GatherParts(plan->step_path);
+  if (!parts.ok()) return parts.status();
+  plan->other_parts.clear();
+  double newest_activity = 0;
+  for (auto& p : *parts) {
+    if (p.node == cluster_->node()) continue;
+    if (p.open_writers > 0) {
+      return Status::Error(EAGAIN, "waiting for " + std::to_string(p.open_writers) +
+                                       " file(s) open for writing on node " + p.node);
+    }
+    newest_activity = std::max(newest_activity, p.last_activity);
+    plan->other_parts.push_back(std::move(p));
+  }
+  // Quiet means quiet on every node: a layout that lists nothing settles on
+  // the union's last activity.
+  if (newest_activity > 0) {
+    const double now = static_cast<double>(TimespecToNanos(clock_->Now())) / 1e9;
+    const int64_t remote_quiet = static_cast<int64_t>(std::max(0.0, now - newest_activity) * 1e9);
+    plan->quiet_ns = std::min(plan->quiet_ns, remote_quiet);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> FileSystem::ReadClusterFile(const CommitPlan& plan, const std::string& path,
+                                                uint64_t offset, uint64_t length) {
+  if (!cluster_) return Status::Error(ENOENT, path + " does not exist");
+  for (const auto& p : plan.other_parts) {
+    for (const auto& f : p.files) {
+      if (f.path == path) return cluster_->ReadPartFile(plan.step_path, f, p.node, offset, length);
+    }
+  }
+  return Status::Error(ENOENT, path + " does not exist");
+}
+
+Status FileSystem::DecideCluster(CommitPlan* plan) {
+  if (!cluster_ || !plan->cluster) return Status::Ok();
+  ClusterStepRecord proposal;
+  {
+    MutexLock lock(&mu_);
+    auto mine = PartSnapshotLocked(plan->step_path);
+    if (!mine.ok()) return mine.status();
+    auto it = steps_.find(plan->step_ino);
+    Inode* dir = inodes_.Find(plan->step_ino);
+    if (it == steps_.end() || !dir) return Status::Error(EALREADY, "no longer a checkpoint step");
+    const std::string& me = cluster_->node();
+    proposal.step_path = plan->step_path;
+    proposal.step = it->second.step;
+    proposal.committer = me;
+    proposal.committed_at = static_cast<double>(TimespecToNanos(clock_->Now())) / 1e9;
+    proposal.dir_mtime_ns = TimespecToNanos(dir->rec.mtime);
+    proposal.ephemeral = plan->ephemeral;
+    proposal.best_ref = plan->best_ref;
+    std::set<std::string> dirs, links;
+    std::map<std::string, ClusterStepRecord::File> files;
+    auto add_part = [&](const PartRecord& part) {
+      ClusterStepRecord::Part summary{part.seq, 0};
+      for (const auto& f : part.files) {
+        // The same path in two parts: the committing node's copy, else the
+        // first node's by name; the other is reported.
+        if (files.count(f.path)) {
+          events_->Append({{"event", "warning"}, {"kind", "cluster_duplicate_file"},
+                           {"path", plan->step_path + "/" + f.path},
+                           {"error", "written on nodes " + files[f.path].node + " and " + part.node +
+                                         "; the step keeps node " + files[f.path].node + "'s"}});
+          continue;
+        }
+        files[f.path] = {f.path, part.node, f.size, f.crc32c, f.mode, f.mtime_ns};
+        summary.files++;
+      }
+      dirs.insert(part.dirs.begin(), part.dirs.end());
+      for (const auto& l : part.symlinks) {
+        if (links.insert(l.path).second) proposal.symlinks.push_back(l);
+      }
+      proposal.parts[part.node] = summary;
+    };
+    mine->node = me;
+    add_part(*mine);
+    for (const auto& p : plan->other_parts) add_part(p);
+    for (auto& [path, f] : files) {
+      // A path that is a directory in one part and a file in another.
+      if (dirs.count(path)) return Status::Error(EIO, plan->step_path + ": " + path + " is a file on one node and a directory on another");
+      proposal.bytes += f.size;
+      proposal.files.push_back(std::move(f));
+    }
+    proposal.dirs.assign(dirs.begin(), dirs.end());
+    // Nodes whose parts hold nothing but directories are not in the record.
+    for (auto it2 = proposal.parts.begin(); it2 != proposal.parts.end();) {
+      it2 = it2->second.files == 0 && it2->first != me ? proposal.parts.erase(it2) : std::next(it2);
+    }
+  }
+  auto decided = cluster_->DecideStep(proposal);
+  if (!decided.ok()) return decided.status();
+  plan->decided = std::move(decided).value();
+  return Status::Ok();
+}
+
+Status FileSystem::FinishClusterCommitLocked(const CommitPlan& plan) {
+  const ClusterStepRecord& record = *plan.decided;
+  StepRuntime& rt = steps_.Runtime(plan.step_ino);
+  auto it = steps_.find(plan.step_ino);
+  ManifestBatch batch;
+  std::vector<uint64_t> sealed;
+  Status st = ApplyClusterRecordLocked(plan.step_ino, record, &batch, &sealed);
+  const StepRecord rec = ClusterStepRecordFor(it->second, record);
+  rt.committing = false;
+  if (st.ok()) {
+    it->second = rec;
+    StepBook::Put(plan.step_ino, rec, &batch);
+    st = Apply(batch, /*sync=*/true, /*keep_on_failure=*/false);
+    // New inodes and links already changed the image: only a restart, which
+    // reloads the manifest, brings back the state before.
+    if (!st.ok()) journal_.MarkDiverged();
+  }
+  rt.outcome_gen++;
+  if (st.ok()) {
+    rt.EndRequest();
+    rt.recovered = false;
+  }
+  step_cv_.notify_all();
+  if (!st.ok()) return st;
+  for (uint64_t ino : sealed) {
+    if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
+  }
+  if (tier_) tier_->UploadsQueued();
+  // This node writes the commit object once every other node's part is up.
+  cluster_->AwaitingParts();
+  metrics_.commits++;
+  metrics_.commit_seconds.Observe(static_cast<double>(clock_->MonotonicNanos() - plan.began_ns) / 1e9);
+  nlohmann::json e = {{"event", "commit"}, {"path", plan.step_path}, {"step", rec.step}, {"state", "committed"},
+                      {"bytes", rec.bytes}, {"files", rec.files}, {"committer", record.committer},
+                      {"nodes", record.parts.size()}};
+  events_->Append(std::move(e));
+  return Status::Ok();
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,464 @@
+#include "tiering/cluster_book.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "common/crc32c.h"
+#include "manifest/records.h"
+
+namespace ckptfs {
+
+namespace {
+
+// Step paths may hold '/', '~' and '%': escaped so that a step's index keys
+// are one path component and the state after the last '~' is unambiguous.
+std::string EscapeStepPath(const std::string& path) {
+  std::string out;
+  for (char c : path) {
+    if (c == '%' || c == '/' || c == '~') {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+bool UnescapeStepPath(const std::string& in, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); i++) {
+    if (in[i] != '%') {
+      out->push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    const std::string hex = in.substr(i + 1, 2);
+    if (hex == "25") out->push_back('%');
+    else if (hex == "2F") out->push_back('/');
+    else if (hex == "7E") out->push_back('~');
+    else return false;
+    i += 2;
+  }
+  return !out->empty();
+}
+
+std::string RandomHex(size_t n) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; i++) out.push_back(digits[rng() % 16]);
+  return out;
+}
+
+// The body of a persisted index entry: the same bytes whoever writes it.
+constexpr const char* kPersistedBody = "{\"format\":\"ckptfs-index\",\"state\":\"persisted\"}\n";
+
+}  // namespace
+
+std::string StepIndexKey(const std::string& step_path, char state) {
+  return std::string(kStepIndexDir) + EscapeStepPath(step_path) + "~" + state + ".json";
+}
+
+bool ParseStepIndexKey(const std::string& key, std::string* step_path, char* state) {
+  const std::string dir = kStepIndexDir;
+  if (key.compare(0, dir.size(), dir) != 0) return false;
+  const std::string name = key.substr(dir.size());
+  if (name.size() < 8 || name.compare(name.size() - 5, 5, ".json") != 0) return false;
+  const size_t tilde = name.size() - 7;
+  if (name[tilde] != '~') return false;
+  *state = name[tilde + 1];
+  if (*state != 'c' && *state != 'p' && *state != 'r') return false;
+  return UnescapeStepPath(name.substr(0, tilde), step_path);
+}
+
+ClusterBook::ClusterBook(ClusterPort* port, ObjectStore* store, EventLog* events, ClusterBookOptions options)
+    : port_(port),
+      store_(store),
+      events_(events),
+      options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : &SystemClockInstance()) {}
+
+ClusterBook::~ClusterBook() { Stop(); }
+
+void ClusterBook::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ClusterBook::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ClusterBook::Sleep(int64_t ns) {
+  MutexLock lock(&mu_);
+  lock.WaitFor(*clock_, cv_, ns, [this] {
+    mu_.AssertHeld();
+    return stopping_;
+  });
+}
+
+uint64_t ClusterBook::NextSeq() {
+  // Wall-clock microseconds keep seq growing across restarts of the node.
+  const uint64_t now_us = static_cast<uint64_t>(TimespecToNanos(clock_->Now()) / 1000);
+  MutexLock lock(&mu_);
+  last_seq_ = std::max(last_seq_ + 1, now_us);
+  return last_seq_;
+}
+
+// ---- publication -------------------------------------------------------------
+
+Status ClusterBook::PutPart(const std::string& step_path) {
+  auto part = port_->PartSnapshot(step_path);
+  if (!part.ok()) {
+    // The step went away (renamed, removed): nothing of it to publish.
+    return part.status().err() == ENOENT ? Status::Ok() : part.status();
+  }
+  part->node = options_.node;
+  part->cache_id = options_.cache_id;
+  part->seq = NextSeq();
+  part->published_at = static_cast<double>(TimespecToNanos(clock_->Now())) / 1e9;
+  if (Status valid = ValidatePartRecord(*part); !valid.ok()) {
+    return Status::Error(EIO, "part record of " + step_path + ": " + valid.message());
+  }
+  const std::string key = PartRecordKey(step_path, options_.node);
+  const std::string body = EncodePartRecord(*part);
+  // The store client retries each request; beyond that, a bucket that is
+  // down holds the close for up to publish_timeout, then fails it.
+  const int64_t deadline = Now() + options_.publish_timeout_ns;
+  int64_t backoff = 100'000'000;
+  for (;;) {
+    counters_.part_puts++;
+    Status st = store_->Put(key, body);
+    if (st.ok()) return st;
+    if (Now() + backoff > deadline) return st.Annotate("PUT " + key);
+    Sleep(backoff);
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return st;
+    }
+    backoff = std::min<int64_t>(backoff * 2, 5'000'000'000);
+  }
+}
+
+Status ClusterBook::PublishPart(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  const uint64_t ticket = ++publications_[step_path].requested;
+  for (;;) {
+    Publication& p = publications_[step_path];
+    if (p.published >= ticket) return Status::Ok();
+    if (p.failed_through >= ticket) return p.failure;
+    if (p.in_flight) {
+      // The PUT in flight started before this change: the next one, which
+      // carries every change queued meanwhile, is someone's to make.
+      lock.Wait(cv_);
+      continue;
+    }
+    p.in_flight = true;
+    const uint64_t covers = p.requested;
+    lock.Unlock();
+    Status st = PutPart(step_path);
+    lock.Lock();
+    Publication& q = publications_[step_path];
+    q.in_flight = false;
+    if (st.ok()) {
+      q.published = std::max(q.published, covers);
+    } else {
+      q.failed_through = std::max(q.failed_through, covers);
+      q.failure = st;
+    }
+    cv_.notify_all();
+  }
+}
+
+// ---- reading parts ------------------------------------------------------------
+
+Result<PartRecord> ClusterBook::GetPart(const std::string& step_path, const std::string& node) {
+  const std::string key = PartRecordKey(step_path, node);
+  Status last;
+  // A part record is rewritten in place by its node; on a store whose PUT
+  // is not atomic (s3rver) a read can catch it half written: read again.
+  for (int attempt = 0; attempt < 5; attempt++) {
+    if (attempt > 0) Sleep(20'000'000LL << attempt);
+    counters_.part_gets++;
+    auto body = store_->GetRange(key, 0, UINT64_MAX);
+    if (!body.ok()) return body.status();
+    auto part = DecodePartRecord(*body);
+    if (part.ok()) {
+      if (part->node != node || part->step_path != step_path) {
+        return Status::Error(EIO, key + " names node '" + part->node + "' and step '" + part->step_path + "'");
+      }
+      return part;
+    }
+    last = part.status();
+  }
+  return Status::Error(EIO, "malformed part record " + key + ": " + last.message());
+}
+
+Result<std::vector<PartRecord>> ClusterBook::GatherParts(const std::string& step_path) {
+  counters_.lists++;
+  auto listed = store_->List(step_path + "/" + kPartRecordDir);
+  if (!listed.ok()) return listed.status().Annotate("listing the parts of " + step_path);
+  std::vector<PartRecord> out;
+  for (const auto& obj : *listed) {
+    std::string step, node;
+    if (!ParsePartRecordKey(obj.key, &step, &node) || step != step_path) {
+      return Status::Error(EIO, "unexpected key " + obj.key + " among the part records of " + step_path);
+    }
+    if (node == options_.node) continue;
+    auto part = GetPart(step_path, node);
+    if (!part.ok()) {
+      // Deleted between the LIST and the GET: not a part any more.
+      if (part.status().err() == ENOENT) continue;
+      if (part.status().err() == EIO) {
+        events_->Append({{"event", "error"}, {"kind", "cluster_part"}, {"path", step_path},
+                         {"error", part.status().message()}});
+      }
+      return part.status();
+    }
+    out.push_back(std::move(part).value());
+  }
+  return out;
+}
+
+Result<PartRecord> ClusterBook::AwaitUpload(const std::string& step_path, const std::string& rel_path,
+                                            const std::string& owner) {
+  const int64_t deadline = Now() + options_.upload_wait_ns;
+  int64_t backoff = 50'000'000;
+  for (;;) {
+    auto part = GetPart(step_path, owner);
+    if (part.ok()) {
+      for (const auto& f : part->files) {
+        if (f.path == rel_path && f.uploaded && f.crc32c) return part;
+      }
+    } else if (part.status().err() != ENOENT) {
+      return part.status();
+    }
+    if (Now() + backoff > deadline) {
+      return Status::Error(ETIMEDOUT, "waited " + std::to_string(options_.upload_wait_ns / 1'000'000'000) +
+                                          " s for node " + owner + " to upload " + rel_path);
+    }
+    Sleep(backoff);
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return Status::Error(EIO, "shutting down");
+    }
+    backoff = std::min<int64_t>(backoff * 2, 2'000'000'000);
+  }
+}
+
+Result<std::string> ClusterBook::ReadPartFile(const std::string& step_path, const PartRecord::File& file,
+                                              const std::string& owner, uint64_t offset, uint64_t length) {
+  auto part = AwaitUpload(step_path, file.path, owner);
+  if (!part.ok()) return part.status();
+  const std::string key = step_path + "/" + file.path;
+  if (offset == 0 && length == file.size) {
+    // The whole file: checked against the CRC32C its node recorded.
+    auto body = store_->GetRange(key, 0, length);
+    if (!body.ok()) return body.status();
+    for (const auto& f : part->files) {
+      if (f.path == file.path && f.crc32c && Crc32c(0, body->data(), body->size()) != *f.crc32c) {
+        return Status::Error(EIO, key + ": contents do not match the CRC32C node " + owner + " recorded");
+      }
+    }
+    return body;
+  }
+  return store_->GetRange(key, offset, length);
+}
+
+// ---- the decision and the index ----------------------------------------------
+
+Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& proposal) {
+  ClusterStepRecord mine = proposal;
+  const std::string nonce = RandomHex(16);
+  mine.proposal = options_.node + "~" + nonce;
+  mine.committer = options_.node;
+  if (Status valid = ValidateClusterStepRecord(mine); !valid.ok()) {
+    return Status::Error(EIO, "step record of " + mine.step_path + ": " + valid.message());
+  }
+  DecideOptions decide;
+  decide.mode = options_.mode;
+  decide.node = options_.node;
+  decide.nonce = nonce;
+  decide.valid = [](const std::string& body) { return DecodeClusterStepRecord(body).ok(); };
+  decide.sleep = [this](int64_t ns) { Sleep(ns); };
+  counters_.decisions++;
+  auto decided = DecideOnce(store_, StepRecordKey(mine.step_path), EncodeClusterStepRecord(mine), decide);
+  if (!decided.ok()) return decided.status();
+  auto record = DecodeClusterStepRecord(*decided);
+  if (!record.ok()) return record.status();
+  // Every decider writes the same bytes, so a repeated or concurrent PUT of
+  // the index entry is harmless even where PUT is not atomic.
+  counters_.index_puts++;
+  Status st = store_->Put(StepIndexKey(mine.step_path, 'c'), *decided);
+  if (!st.ok()) return st.Annotate("recording the commit of " + mine.step_path + " in the step index");
+  events_->Append({{"event", "cluster_commit"}, {"path", mine.step_path}, {"committer", record->committer},
+                   {"proposal", record->proposal}, {"won", record->proposal == mine.proposal},
+                   {"nodes", record->parts.size()}, {"files", record->files.size()}});
+  return record;
+}
+
+void ClusterBook::MaybeRefresh() {
+  const int64_t start = Now();
+  if (ever_refreshed_ && start - refreshed_at_ < options_.refresh_ns) return;
+  MutexLock serial(&refresh_mu_);
+  // Another caller refreshed while this one waited: its view is fresh.
+  if (ever_refreshed_ && refreshed_at_ >= start) return;
+  const int64_t began = Now();
+  counters_.refreshes++;
+  counters_.lists++;
+  auto listed = store_->List(kStepIndexDir);
+  refreshed_at_ = began;
+  ever_refreshed_ = true;
+  if (!listed.ok()) {
+    // Lookups go on with the view they have; the event says why it is old.
+    if (refresh_errors_++ % 60 == 0) {
+      events_->Append({{"event", "error"}, {"kind", "cluster_refresh"},
+                       {"error", listed.status().message()}});
+    }
+    return;
+  }
+  struct Seen {
+    bool committed = false, persisted = false, removed = false;
+  };
+  std::map<std::string, Seen> steps;
+  for (const auto& obj : *listed) {
+    std::string step;
+    char state = 0;
+    if (!ParseStepIndexKey(obj.key, &step, &state)) continue;
+    Seen& s = steps[step];
+    s.committed |= state == 'c';
+    s.persisted |= state == 'p';
+    s.removed |= state == 'r';
+  }
+  const auto views = port_->StepViews();
+  for (const auto& [step, seen] : steps) {
+    if (seen.removed || !seen.committed) continue;
+    auto view = views.find(step);
+    bool committed = view != views.end() && view->second.committed;
+    if (!committed) {
+      counters_.index_gets++;
+      auto body = store_->GetRange(StepIndexKey(step, 'c'), 0, UINT64_MAX);
+      if (!body.ok()) continue;
+      auto record = DecodeClusterStepRecord(*body);
+      if (!record.ok() || record->step_path != step) {
+        events_->Append({{"event", "error"}, {"kind", "cluster_index"}, {"path", step},
+                         {"error", "malformed step record in the index: " +
+                                       (record.ok() ? std::string("another step's") : record.status().message())}});
+        continue;
+      }
+      Status st = port_->ApplyClusterStep(*record);
+      if (!st.ok()) {
+        if (st.err() != EAGAIN) {
+          events_->Append({{"event", "error"}, {"kind", "cluster_apply"}, {"path", step}, {"error", st.message()}});
+        }
+        continue;
+      }
+      committed = true;
+    }
+    if (seen.persisted && committed && (view == views.end() || !view->second.persisted)) {
+      (void)port_->ApplyClusterPersisted(step);
+    }
+  }
+}
+
+// ---- background work ---------------------------------------------------------
+
+void ClusterBook::PartUploadsChanged(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  republish_.insert(step_path);
+  cv_.notify_all();
+}
+
+void ClusterBook::StepPersisted(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  persisted_.insert(step_path);
+  cv_.notify_all();
+}
+
+void ClusterBook::AwaitingParts() {
+  MutexLock lock(&mu_);
+  awaiting_ = true;
+  cv_.notify_all();
+}
+
+bool ClusterBook::Pass() {
+  std::set<std::string> republish, persisted;
+  bool awaiting = false;
+  {
+    MutexLock lock(&mu_);
+    republish.swap(republish_);
+    persisted.swap(persisted_);
+    awaiting = awaiting_;
+    awaiting_ = false;
+  }
+  for (const auto& step : republish) {
+    Status st = PublishPart(step);
+    if (!st.ok()) {
+      events_->Append({{"event", "error"}, {"kind", "cluster_publish"}, {"path", step}, {"error", st.message()}});
+      PartUploadsChanged(step);  // again on the next pass
+    }
+  }
+  for (const auto& step : persisted) {
+    counters_.index_puts++;
+    Status st = store_->Put(StepIndexKey(step, 'p'), kPersistedBody);
+    if (!st.ok()) StepPersisted(step);
+  }
+  // The committing node's persist duty: other nodes' uploads it waits for.
+  const auto awaited = port_->PartsAwaited();
+  if (awaited.empty()) return false;
+  (void)awaiting;
+  for (const auto& a : awaited) {
+    auto part = GetPart(a.step_path, a.owner);
+    if (part.ok()) (void)port_->NoteRemoteUploads(a.step_path, *part);
+  }
+  return true;
+}
+
+void ClusterBook::RunOnceForTest() { (void)Pass(); }
+
+void ClusterBook::Loop() {
+  int64_t poll = 200'000'000;
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    const bool still_awaiting = Pass();
+    MutexLock lock(&mu_);
+    if (stopping_) return;
+    if (!republish_.empty() || !persisted_.empty()) continue;
+    // While parts are awaited, poll with a back-off; otherwise sleep until
+    // signalled (an idle node makes no requests).
+    const int64_t wait = still_awaiting ? poll : 3600LL * 1'000'000'000;
+    poll = still_awaiting ? std::min<int64_t>(poll * 2, 5'000'000'000) : 200'000'000;
+    lock.WaitFor(*clock_, cv_, wait, [this] {
+      mu_.AssertHeld();
+      return stopping_ || !republish_.empty() || !persisted_.empty() || awaiting_;
+    });
+  }
+}
+
+void ClusterBook::AddStatus(nlohmann::json* status) const {
+  (*status)["cluster"] = {
+      {"node", options_.node},
+      {"decide", options_.mode == DecideMode::kConditionalPut ? "conditional-put" : "votes"},
+      {"refresh_s", static_cast<double>(options_.refresh_ns) / 1e9},
+      {"requests",
+       {{"part_puts", counters_.part_puts.load()},
+        {"part_gets", counters_.part_gets.load()},
+        {"lists", counters_.lists.load()},
+        {"index_puts", counters_.index_puts.load()},
+        {"index_gets", counters_.index_gets.load()},
+        {"decisions", counters_.decisions.load()},
+        {"refreshes", counters_.refreshes.load()}}},
+  };
+}
+
+}  // namespace ckptfs

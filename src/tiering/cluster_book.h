@@ -1,0 +1,148 @@
+// ClusterBook: the I/O side of cluster mode (SPEC section 9,
+// docs/cluster.md), the peer of RemoteTier. The bucket is the only thing the
+// nodes share; this class keeps the cluster's records in it:
+//
+//   <step>/.ckptfs-parts/<node>.json   this node's part of a step, published
+//                                      before close()/fsync() return (group
+//                                      commit: one PUT in flight per step);
+//   <step>/.ckptfs-step.json           the step's one record, decided once
+//                                      (DecideOnce: conditional put, or votes
+//                                      where the server ignores conditions);
+//   .ckptfs-index/<step>~c.json        committed (body: the step record) and
+//   .ckptfs-index/<step>~p.json        persisted: one LIST of the index tells a
+//                                      node every step's state; no key is
+//                                      ever overwritten.
+//
+// It sees the namespace only through ClusterPort and implements the
+// ClusterHooks FileSystem calls. Its own thread republishes parts when
+// uploads end, records persisted steps in the index, and, on the node that
+// committed a step, polls the other nodes' parts for their uploads.
+//
+// Lock order: FileSystem's lock -> mu_ (the signalling hooks are called
+// with the namespace lock held and take only mu_). ClusterPort is never
+// called with mu_ or refresh_mu_ held... except refresh_mu_, which is taken
+// before the namespace lock and only by MaybeRefresh.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
+#include "control/event_log.h"
+#include "namespace/cluster_hooks.h"
+#include "namespace/cluster_port.h"
+#include "remote/decide_once.h"
+#include "remote/object_store.h"
+
+namespace ckptfs {
+
+struct ClusterBookOptions {
+  std::string node;      // --node
+  std::string cache_id;  // the cache's identity, in part records
+  DecideMode mode = DecideMode::kVotes;
+  int64_t refresh_ns = 1'000'000'000;            // --refresh
+  int64_t publish_timeout_ns = 60'000'000'000;   // a close waits at most this for the bucket
+  int64_t upload_wait_ns = 600'000'000'000;      // a read of another node's file waits at most this
+  const Clock* clock = nullptr;                  // nullptr: the system clock
+};
+
+// Keys of the bucket's step index: ".ckptfs-index/<escaped step path>~<state>.json".
+inline constexpr const char* kStepIndexDir = ".ckptfs-index/";
+std::string StepIndexKey(const std::string& step_path, char state);
+// false for keys that are not index keys.
+bool ParseStepIndexKey(const std::string& key, std::string* step_path, char* state);
+
+class ClusterBook : public ClusterHooks {
+ public:
+  ClusterBook(ClusterPort* port, ObjectStore* store, EventLog* events, ClusterBookOptions options);
+  ~ClusterBook() override;
+  ClusterBook(const ClusterBook&) = delete;
+  ClusterBook& operator=(const ClusterBook&) = delete;
+
+  // Starts the background thread (tests may drive RunOnceForTest instead).
+  void Start();
+  void Stop();
+  // One pass of the background work, on the calling thread.
+  void RunOnceForTest();
+
+  // ClusterHooks.
+  const std::string& node() const override { return options_.node; }
+  Status PublishPart(const std::string& step_path) override;
+  Result<std::vector<PartRecord>> GatherParts(const std::string& step_path) override;
+  Result<std::string> ReadPartFile(const std::string& step_path, const PartRecord::File& file,
+                                   const std::string& owner, uint64_t offset, uint64_t length) override;
+  Result<ClusterStepRecord> DecideStep(const ClusterStepRecord& proposal) override;
+  void MaybeRefresh() override;
+  Result<PartRecord> AwaitUpload(const std::string& step_path, const std::string& rel_path,
+                                 const std::string& owner) override;
+  void PartUploadsChanged(const std::string& step_path) override;
+  void StepPersisted(const std::string& step_path) override;
+  void AwaitingParts() override;
+
+  // Requests made to the bucket, by kind (status.json, bench/cluster).
+  struct Counters {
+    std::atomic<uint64_t> part_puts{0};
+    std::atomic<uint64_t> part_gets{0};
+    std::atomic<uint64_t> lists{0};
+    std::atomic<uint64_t> index_puts{0};
+    std::atomic<uint64_t> index_gets{0};
+    std::atomic<uint64_t> decisions{0};
+    std::atomic<uint64_t> refreshes{0};
+  };
+  const Counters& counters() const { return counters_; }
+  void AddStatus(nlohmann::json* status) const override;
+
+ private:
+  // One step's publications: tickets handed to callers, the newest one in
+  // the bucket, whether a PUT is in flight, and the last failure.
+  struct Publication {
+    uint64_t requested = 0;
+    uint64_t published = 0;
+    bool in_flight = false;
+    uint64_t failed_through = 0;
+    Status failure;
+  };
+
+  Status PutPart(const std::string& step_path) EXCLUDES(mu_);
+  Result<PartRecord> GetPart(const std::string& step_path, const std::string& node);
+  void Loop() EXCLUDES(mu_);
+  // The background work; returns true when parts are still awaited.
+  bool Pass() EXCLUDES(mu_);
+  void Sleep(int64_t ns);
+  uint64_t NextSeq() EXCLUDES(mu_);
+  int64_t Now() const { return clock_->MonotonicNanos(); }
+
+  ClusterPort* const port_;
+  ObjectStore* const store_;
+  EventLog* const events_;
+  const ClusterBookOptions options_;
+  const Clock* const clock_;
+  Counters counters_;
+
+  mutable Mutex mu_;
+  std::condition_variable cv_;  // publications ending; background work queued; stopping
+  std::map<std::string, Publication> publications_ GUARDED_BY(mu_);
+  uint64_t last_seq_ GUARDED_BY(mu_) = 0;
+  std::set<std::string> republish_ GUARDED_BY(mu_);
+  std::set<std::string> persisted_ GUARDED_BY(mu_);
+  bool awaiting_ GUARDED_BY(mu_) = true;  // look once at start: persist duty survives a restart
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::thread thread_;
+
+  // One refresh at a time; callers that waited for it use its result.
+  Mutex refresh_mu_;
+  std::atomic<int64_t> refreshed_at_{0};
+  std::atomic<bool> ever_refreshed_{false};
+  std::atomic<uint64_t> refresh_errors_{0};
+};
+
+}  // namespace ckptfs
