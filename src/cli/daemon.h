@@ -5,12 +5,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "cli/mount_options.h"
 #include "common/clock.h"
 #include "control/event_log.h"
 #include "lifecycle/commit_coordinator.h"
 #include "namespace/filesystem.h"
+#include "tiering/cluster_join.h"
 #include "tiering/remote_tier.h"
 
 struct fuse_session;
@@ -40,6 +42,8 @@ class Daemon {
   std::unique_ptr<CommitCoordinator> coordinator_;
   std::unique_ptr<RemoteTier> tier_;  // with --remote
   std::unique_ptr<FastPathServer> fast_path_;  // unless --writer-socket none
+  // With --node: this node's place in the cluster, as joined at mount.
+  std::optional<ClusterMembership> cluster_;
   fuse_session* session_ = nullptr;
   bool mounted_ = false;
   bool signals_set_ = false;
