@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/cluster_identity.h"
 #include "common/boot_id.h"
 #include "common/process_session.h"
 #include "fastpath/fast_path_server.h"
@@ -71,6 +72,19 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
     }
     return manifest.status().Annotate("opening the manifest");
   }
+  // Cluster mode (--node, SPEC section 9): before anything is loaded, the
+  // cache must be this node's (a cache bound to a node also needs its
+  // --node) and the remote must take this node into its cluster.
+  std::unique_ptr<ObjectStore> remote_store;
+  if (!options.remote.url.empty()) {
+    auto store = OpenRemote(options.remote);
+    if (!store.ok()) return store.status().Annotate("opening the remote " + options.remote.url);
+    remote_store = std::move(store).value();
+  }
+  auto cluster = JoinClusterAtMount(manifest->get(), remote_store.get(), options.cache_dir, options.fs.node,
+                                    d->events_.get());
+  if (!cluster.ok()) return cluster.status();
+  d->membership_ = std::move(cluster).value();
   auto data = OpenPosixDataStore(options.cache_dir + "/data");
   if (!data.ok()) return data.status().Annotate("opening the data store");
   FileSystemOptions fs_options = options.fs;
@@ -79,23 +93,22 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
                              &d->clock_, d->events_.get());
   if (!fs.ok()) return fs.status().Annotate("loading the manifest");
   d->fs_ = std::move(fs).value();
-  if (!options.remote.url.empty()) {
-    auto store = OpenRemote(options.remote);
-    if (!store.ok()) return store.status().Annotate("opening the remote " + options.remote.url);
+  if (d->membership_) d->fs_->SetStatusSection("cluster", ClusterStatus(*d->membership_, options.fs.refresh_ns));
+  if (remote_store) {
     // The tier sees the namespace through its TierPort, and times its waits
     // with the daemon's one clock.
     RemoteTierOptions tier_options = options.tier;
     tier_options.clock = &d->clock_;
-    d->tier_ = std::make_unique<RemoteTier>(d->fs_.get(), d->fs_->data(), std::move(store).value(),
+    d->tier_ = std::make_unique<RemoteTier>(d->fs_.get(), d->fs_->data(), std::move(remote_store),
                                             d->events_.get(), tier_options);
     d->fs_->SetTierHooks(d->tier_.get());
     d->tier_->Start();
-    if (!options.fs.node.empty()) {
+    if (d->membership_) {
       // Cluster mode (docs/cluster.md): the bucket is what the nodes share.
       ClusterBookOptions cluster_options;
-      cluster_options.node = options.fs.node;
-      cluster_options.cache_id = d->cluster_cache_id_.empty() ? options.fs.node : d->cluster_cache_id_;
-      cluster_options.mode = d->cluster_mode_;
+      cluster_options.node = d->membership_->node;
+      cluster_options.cache_id = d->membership_->cache_id;
+      cluster_options.mode = d->membership_->mode;
       cluster_options.refresh_ns = options.fs.refresh_ns;
       cluster_options.clock = &d->clock_;
       d->cluster_ = std::make_unique<ClusterBook>(d->fs_.get(), d->tier_->store(), d->events_.get(),

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "cli/mount_options.h"
 #include "common/clock.h"
@@ -12,6 +13,7 @@
 #include "lifecycle/commit_coordinator.h"
 #include "namespace/filesystem.h"
 #include "tiering/cluster_book.h"
+#include "tiering/cluster_join.h"
 #include "tiering/remote_tier.h"
 
 struct fuse_session;
@@ -41,11 +43,9 @@ class Daemon {
   std::unique_ptr<CommitCoordinator> coordinator_;
   std::unique_ptr<RemoteTier> tier_;  // with --remote
   std::unique_ptr<ClusterBook> cluster_;  // with --node
-  // What joining the cluster settled (the cache's identity, the pinned way
-  // of deciding); set before the ClusterBook is made.
-  std::string cluster_cache_id_;
-  DecideMode cluster_mode_ = DecideMode::kVotes;
   std::unique_ptr<FastPathServer> fast_path_;  // unless --writer-socket none
+  // With --node: this node's place in the cluster, as joined at mount.
+  std::optional<ClusterMembership> membership_;
   fuse_session* session_ = nullptr;
   bool mounted_ = false;
   bool signals_set_ = false;

@@ -2,6 +2,7 @@
 
 #include "cli/cache_dir.h"
 #include "cli/mount_table.h"
+#include "formats/node_name.h"
 
 #include <fcntl.h>
 #include <getopt.h>
@@ -62,6 +63,13 @@ const char* const kMountUsage =
     "                         least recently used first; needs --remote\n"
     "  --cache-full-wait SECONDS  how long a write waits for room before ENOSPC (default 60)\n"
     "  --upload-parallel N    files uploaded at once (default 8)\n"
+    "\n"
+    "cluster mode (several nodes, one checkpoint; see docs/cluster.md):\n"
+    "  --node NAME            this node's name in the cluster sharing --remote (needed):\n"
+    "                         1-63 characters from A-Z a-z 0-9 . _ -; the cache is bound\n"
+    "                         to it from its first cluster mount\n"
+    "  --refresh SECONDS      how old a run directory's view of the other nodes' steps may\n"
+    "                         get before a lookup reads the remote again (default 1)\n"
     "\n"
     "writer library (libckptfs-writer writes backing files directly, bypassing FUSE):\n"
     "  --writer-socket PATH|none  its Unix socket (default CACHE/writer.sock); none turns\n"
@@ -188,7 +196,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kWriterIdleTimeout, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
     kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
-    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve,
+    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve, kNode, kRefresh,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -220,11 +228,14 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"metadata-reserve", required_argument, nullptr, kMetadataReserve},
       {"commit-settle", required_argument, nullptr, kCommitSettle},
       {"nonempty", no_argument, nullptr, kNonEmpty},
+      {"node", required_argument, nullptr, kNode},
+      {"refresh", required_argument, nullptr, kRefresh},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
   MountOptions o;
   bool markers_given = false;
+  bool refresh_given = false;
   optind = 1;
   opterr = 0;
   int c;
@@ -366,6 +377,24 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
           o.writer_socket = optarg;
         }
         break;
+      case kNode: {
+        Status valid = ValidateNodeName(optarg);
+        if (!valid.ok()) return Status::Error(EINVAL, "--node: " + valid.message());
+        o.fs.node = optarg;
+        break;
+      }
+      case kRefresh: {
+        // Above an hour, other nodes' steps would stay unseen too long to be
+        // what anyone means.
+        auto s = ParseSeconds("--refresh", optarg);
+        if (!s.ok() || *s > 3600) {
+          return Status::Error(EINVAL, std::string("--refresh takes a number of seconds above 0 and up to 3600, "
+                                                   "not '") + optarg + "'");
+        }
+        o.fs.refresh_ns = static_cast<int64_t>(*s * 1e9);
+        refresh_given = true;
+        break;
+      }
       case 'h':
         return Status::Error(EAGAIN, kMountUsage);  // the caller prints usage, exits 0
       case ':':
@@ -382,6 +411,13 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
     o.fs.remote = true;
   } else if (!o.remote.s3_endpoint.empty() || !o.remote.s3_region.empty() || !o.remote.s3_addressing.empty()) {
     return Status::Error(EINVAL, "--s3-endpoint, --s3-region and --s3-addressing need --remote s3://BUCKET/PREFIX");
+  }
+  if (!o.fs.node.empty() && o.remote.url.empty()) {
+    return Status::Error(EINVAL, "--node needs --remote: the bucket is what the nodes share");
+  }
+  if (refresh_given && o.fs.node.empty()) {
+    return Status::Error(EINVAL, "--refresh needs --node: it says how often a cluster node looks for the "
+                                 "other nodes' steps");
   }
   if (o.tier.cache_size > 0 && o.remote.url.empty()) {
     return Status::Error(EINVAL, "--cache-size needs --remote: only data already in the remote can be evicted");

@@ -132,5 +132,47 @@ TEST(MountOptionsTest, MetadataReserveTakesASizeAShareOrZero) {
   }
 }
 
+TEST(MountOptionsTest, NodeAndRefreshForClusterMode) {
+  auto def = ParseMount({"/m"});
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def->fs.node, "");
+  EXPECT_EQ(def->fs.refresh_ns, 1'000'000'000);
+
+  auto o = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "gpu-017.rack_2"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->fs.node, "gpu-017.rack_2");
+  EXPECT_EQ(o->fs.refresh_ns, 1'000'000'000);
+
+  auto r = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--refresh", "0.25"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->fs.refresh_ns, 250'000'000);
+  auto hour = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--refresh", "3600", "--node", "a"});
+  ASSERT_TRUE(hour.ok()) << hour.status().ToString();
+  EXPECT_EQ(hour->fs.refresh_ns, int64_t{3600} * 1'000'000'000);
+}
+
+TEST(MountOptionsTest, BadClusterOptionsAreRefused) {
+  for (const char* bad : {"", "-a", ".a", "a.", "a/b", "a~b", "a b", "ü",
+                          "x123456789012345678901234567890123456789012345678901234567890123"}) {
+    auto r = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", bad});
+    EXPECT_EQ(r.err(), EINVAL) << bad;
+    EXPECT_EQ(r.status().message().rfind("--node: ", 0), 0u) << r.status().message();
+    EXPECT_NE(r.status().message().find("1-63 characters"), std::string::npos) << r.status().message();
+  }
+  auto no_remote = ParseMount({"/m", "--node", "a"});
+  EXPECT_EQ(no_remote.err(), EINVAL);
+  EXPECT_EQ(no_remote.status().message(), "--node needs --remote: the bucket is what the nodes share");
+
+  auto alone = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--refresh", "2"});
+  EXPECT_EQ(alone.err(), EINVAL);
+  EXPECT_NE(alone.status().message().find("--refresh needs --node"), std::string::npos) << alone.status().message();
+
+  for (const char* bad : {"0", "-1", "3600.5", "1e9", "soon", "", "nan", "1s"}) {
+    auto r = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--refresh", bad});
+    EXPECT_EQ(r.err(), EINVAL) << bad;
+    EXPECT_NE(r.status().message().find("--refresh takes"), std::string::npos) << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs

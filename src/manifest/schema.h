@@ -21,6 +21,16 @@ inline constexpr const char* kFormatVersion = "1";
 // Meta key holding the kernel boot the last mount ran in (CurrentBootId()).
 inline constexpr const char* kBootIdKey = "boot_id";
 
+// Meta key holding this cache's identity: 32 random hex digits, made the
+// first time something needs it (cluster mode names the cache by it in the
+// remote's node registry) and never changed.
+inline constexpr const char* kCacheIdKey = "cache_id";
+
+// Meta key holding the cluster node this cache belongs to (SPEC section 9,
+// --node), written at its first cluster mount: the cache's parts are that
+// node's, so it is mounted with that name or not at all.
+inline constexpr const char* kNodeNameKey = "node_name";
+
 // Ok when the manifest is new (no version yet) or of kFormatVersion;
 // EINVAL naming both versions otherwise.
 Status CheckFormatVersion(ManifestStore& manifest);

@@ -354,6 +354,9 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // The socket the daemon serves the fast path on, shown to clients as the
   // root's user.ckptfs.writer_socket xattr ("" = none).
   void SetWriterSocket(const std::string& path);
+  // A top-level section of status.json the daemon owns and fills (cluster
+  // mode's "cluster"), shown as given.
+  void SetStatusSection(const std::string& name, nlohmann::json value);
   // Creates or truncates the file at path (relative to the mount root, no
   // "." or ".." names) with the kernel's permission checks for who; mode is
   // the new file's permissions (the client's umask applied).
@@ -649,6 +652,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_ GUARDED_BY(mu_);
   InvalidateInodeFn invalidate_inode_;
   std::string writer_socket_ GUARDED_BY(mu_);
+  std::map<std::string, nlohmann::json> status_sections_ GUARDED_BY(mu_);
   uint64_t fsyncdir_seq_ GUARDED_BY(mu_) = 0;
 
   FsMetrics metrics_;

@@ -446,19 +446,19 @@ void ClusterBook::Loop() {
 }
 
 void ClusterBook::AddStatus(nlohmann::json* status) const {
-  (*status)["cluster"] = {
-      {"node", options_.node},
-      {"decide", options_.mode == DecideMode::kConditionalPut ? "conditional-put" : "votes"},
-      {"refresh_s", static_cast<double>(options_.refresh_ns) / 1e9},
-      {"requests",
+  // Joins the block the mount wrote (node, decide, conditional_put).
+  nlohmann::json& block = (*status)["cluster"];
+  block["node"] = options_.node;
+  block["decide"] = options_.mode == DecideMode::kConditionalPut ? "conditional-put" : "votes";
+  block["refresh_s"] = static_cast<double>(options_.refresh_ns) / 1e9;
+  block["requests"] = {
        {{"part_puts", counters_.part_puts.load()},
         {"part_gets", counters_.part_gets.load()},
         {"lists", counters_.lists.load()},
         {"index_puts", counters_.index_puts.load()},
         {"index_gets", counters_.index_gets.load()},
         {"decisions", counters_.decisions.load()},
-        {"refreshes", counters_.refreshes.load()}}},
-  };
+        {"refreshes", counters_.refreshes.load()}};
 }
 
 }  // namespace ckptfs

@@ -1,0 +1,121 @@
+"""Cluster mode's mount options and identity (SPEC section 9, issue 17 slice S4).
+
+`--node NAME` and `--refresh SECONDS` on real mounts: bad names and options without
+their companions are refused before anything is mounted; a node joins the cluster in
+its remote (the probe, the decide mode pinned in .ckptfs-cluster.json, the registration
+.ckptfs-nodes/<node>.json) and status.json shows how; a second cache under a taken name
+is refused; a cache stays bound to the node of its first cluster mount.
+"""
+import json
+import os
+
+import pytest
+
+from ckptfs_testlib import MountError
+from s3rver_fixture import S3rver, s3rver_available, ACCESS_KEY, SECRET_KEY
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    if not s3rver_available():
+        if os.environ.get("CI"):
+            pytest.fail("s3rver is not installed (packaging/install-deps.sh installs it)")
+        pytest.skip("s3rver is not installed: run packaging/install-deps.sh")
+    server = S3rver().start()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    yield server
+    server.close()
+
+
+def s3_args(server, prefix="team/exp"):
+    return ["--remote", f"s3://{server.bucket}/{prefix}", "--s3-endpoint", server.endpoint]
+
+
+def refused(m, *needles):
+    """m.start() fails with every needle in its message, and nothing is mounted."""
+    with pytest.raises(MountError) as e:
+        m.start()
+    msg = str(e.value)
+    for needle in needles:
+        assert needle in msg, msg
+    assert not m.mounted
+    assert not os.path.ismount(m.mnt)
+    return msg
+
+
+@pytest.mark.parametrize("name", ["", "-lead", "a/b", "a~b", "a b", "trailing.", "x" * 64])
+def test_bad_node_names_are_refused(make_ckptfs, tmp_path, name):
+    m = make_ckptfs("--remote", f"file://{tmp_path}", "--node", name, start=False)
+    msg = refused(m, "--node: ", "1-63 characters")
+    assert "rc=2" in msg  # a command-line error
+
+
+def test_cluster_options_need_their_companions(make_ckptfs, tmp_path):
+    m = make_ckptfs("--node", "a", start=False)
+    refused(m, "--node needs --remote: the bucket is what the nodes share")
+    m = make_ckptfs("--remote", f"file://{tmp_path}", "--refresh", "2", start=False)
+    refused(m, "--refresh needs --node")
+    m = make_ckptfs("--remote", f"file://{tmp_path}", "--node", "a", "--refresh", "0", start=False)
+    refused(m, "--refresh takes")
+    m = make_ckptfs("--remote", f"file://{tmp_path}", "--node", "a", "--refresh", "3601", start=False)
+    refused(m, "--refresh takes")
+
+
+def test_node_joins_on_s3rver_and_status_shows_it(make_ckptfs, s3):
+    m = make_ckptfs(*s3_args(s3), "--node", "a", "--refresh", "2.5")
+    cluster = m.status().get("cluster")
+    # s3rver 3.7.1 accepts If-None-Match: * and overwrites anyway, so the bucket decides by votes.
+    assert cluster == {"node": "a", "decide": "votes", "conditional_put": "ignored", "refresh_s": 2.5}, cluster
+    joins = [e for e in m.events() if e.get("event") == "cluster_join"]
+    assert len(joins) == 1 and joins[0]["node"] == "a" and joins[0]["decide"] == "votes", joins
+    assert joins[0]["conditional_put"] == "ignored", joins
+    keys = s3.keys("team/exp/")
+    assert "team/exp/.ckptfs-cluster.json" in keys, keys
+    assert "team/exp/.ckptfs-nodes/a.json" in keys, keys
+    assert not [k for k in keys if ".ckptfs-probe/" in k], keys  # the probe cleans up
+    pinned = s3.get("team/exp/.ckptfs-cluster.json")
+    assert pinned == b'{"format":"ckptfs-cluster","version":1,"decide":"votes"}\n', pinned
+    reg = json.loads(s3.get("team/exp/.ckptfs-nodes/a.json"))
+    assert reg["format"] == "ckptfs-node" and reg["node"] == "a" and len(reg["cache_id"]) == 32, reg
+    assert reg["host"] == os.uname().nodename, reg
+    # The cluster's files are not checkpoints: the mount's root shows nothing of them.
+    assert not [n for n in os.listdir(m.mnt) if n.startswith(".ckptfs-")], os.listdir(m.mnt)
+    m.umount()
+
+    # The same cache mounts again under its name, and under no other.
+    m.start()
+    assert m.status()["cluster"]["node"] == "a"
+    assert json.loads(s3.get("team/exp/.ckptfs-nodes/a.json")) == reg
+    m.umount()
+    with pytest.raises(MountError) as e:
+        m.start(args=[*s3_args(s3), "--node", "b"])
+    assert f"cache {m.cache} belongs to node a; mount it with --node a" in str(e.value), str(e.value)
+    assert not m.mounted
+    with pytest.raises(MountError) as e:
+        m.start(args=s3_args(s3))
+    assert f"cache {m.cache} belongs to cluster node a; mount it with --node a" in str(e.value), str(e.value)
+    assert not m.mounted
+    assert "team/exp/.ckptfs-nodes/b.json" not in s3.keys("team/exp/")
+
+
+def test_a_node_name_belongs_to_one_cache(make_ckptfs, s3):
+    a = make_ckptfs(*s3_args(s3), "--node", "gpu-0")
+    reg = json.loads(s3.get("team/exp/.ckptfs-nodes/gpu-0.json"))
+    other = make_ckptfs(*s3_args(s3), "--node", "gpu-0", start=False)
+    msg = refused(other, f"node name 'gpu-0' is used by cache {reg['cache_id']}", "pick another --node",
+                  ".ckptfs-nodes/gpu-0.json")
+    assert "rc=1" in msg
+    # The refused cache was not bound to the name: it joins as another node.
+    other.start(args=[*s3_args(s3), "--node", "gpu-1"])
+    assert other.status()["cluster"]["node"] == "gpu-1"
+    assert a.status()["cluster"]["node"] == "gpu-0"
+    assert json.loads(s3.get("team/exp/.ckptfs-nodes/gpu-0.json")) == reg
+
+
+def test_mount_without_node_is_unchanged(make_ckptfs, s3):
+    m = make_ckptfs(*s3_args(s3))
+    assert "cluster" not in m.status()
+    assert not [k for k in s3.keys("team/exp/") if ".ckptfs-" in k]
