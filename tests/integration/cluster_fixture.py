@@ -1,0 +1,147 @@
+"""Several ckptfs mounts on one s3rver bucket, standing in for the nodes of one job
+(cluster mode, SPEC section 9; docs/design/cluster-mode.md).
+
+Each node is a real mount of the real daemon with its own cache directory and
+`--remote s3://ckpt/<prefix> --s3-endpoint <s3rver> --node <name> --refresh 0.2`.
+Nodes are named a, b, c, ... in order.
+
+    @pytest.fixture
+    def cluster(request, ckptfs_bin, monkeypatch):
+        with cluster_fixture.clusters(request, monkeypatch) as make:
+            yield make
+
+    def test_x(cluster):
+        c = cluster(2)                  # s3rver + nodes a and b, mounted
+        c["a"].path("run/step1")        # a CkptfsMount per node (ckptfs_testlib)
+        c.roots()                       # mountpoints, node order
+        e = c.add("e")                  # one more node (a fresh, empty cache)
+
+Teardown, also when the test or a mount fails: every node's daemon log is printed if
+the test failed, every mount is unmounted (CkptfsMount.close: fusermount3 -u, a lazy
+unmount, then the daemon is killed), and then s3rver is stopped and its data removed.
+The conftest watchdog kills the daemons of a test that runs past its limit.
+"""
+import contextlib
+import os
+import sys
+
+import pytest
+
+from ckptfs_testlib import CkptfsMount, mounted_in_proc
+from s3rver_fixture import ACCESS_KEY, SECRET_KEY, S3rver, s3rver_available
+
+REFRESH_S = 0.2
+PREFIX = "team/job"
+NODE_NAMES = "abcdefgh"
+
+
+class Cluster:
+    def __init__(self, server, prefix=PREFIX, refresh=REFRESH_S):
+        self.server = server
+        self.prefix = prefix
+        self.refresh = refresh
+        self.nodes = {}              # name -> CkptfsMount, in the order added
+
+    def node_args(self, name, *extra):
+        return ["--remote", f"s3://{self.server.bucket}/{self.prefix}",
+                "--s3-endpoint", self.server.endpoint,
+                "--node", name, "--refresh", str(self.refresh), *map(str, extra)]
+
+    def add(self, name, *extra):
+        """Mounts node `name` (a new cache) and returns its CkptfsMount."""
+        assert name not in self.nodes, f"node {name} exists"
+        m = CkptfsMount(self.node_args(name, *extra))
+        self.nodes[name] = m         # registered before start: closed even if start fails
+        m.start()
+        return m
+
+    def start(self, n, *extra):
+        for name in NODE_NAMES[:n]:
+            self.add(name, *extra)
+        return self
+
+    def __getitem__(self, name):
+        return self.nodes[name]
+
+    def names(self):
+        return list(self.nodes)
+
+    def mounts(self):
+        return list(self.nodes.values())
+
+    def roots(self, names=None):
+        """Mountpoints of `names` (default: every node), in that order."""
+        return [self.nodes[n].mnt for n in (names or self.nodes)]
+
+    def logs(self):
+        return "".join(f"\n---- ckptfs log of node {n} ({m.mnt}) ----\n{m.daemon_log()}\n"
+                       for n, m in self.nodes.items())
+
+    def close(self):
+        """Unmounts every node (never raises); returns the mountpoints left mounted."""
+        left = []
+        for m in reversed(self.mounts()):
+            try:
+                m.close()
+            except Exception as e:  # noqa: BLE001
+                sys.stdout.write(f"closing {m.mnt}: {e!r}\n")
+            if mounted_in_proc(m.mnt):
+                left.append(m.mnt)
+        return left
+
+
+def start_s3rver(monkeypatch):
+    """A private s3rver with its credentials in the environment (skips the test when
+    s3rver is not installed; fails it under CI)."""
+    if not s3rver_available():
+        if os.environ.get("CI"):
+            pytest.fail("s3rver is not installed (packaging/install-deps.sh installs it)")
+        pytest.skip("s3rver is not installed: run packaging/install-deps.sh")
+    server = S3rver()
+    try:
+        server.start()
+    except Exception:
+        server.close()
+        raise
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return server
+
+
+@contextlib.contextmanager
+def clusters(request, monkeypatch):
+    """Starts one s3rver and yields a factory make(n, *extra_mount_args) -> Cluster of n
+    nodes (a, b, ...) on it. On exit, also after a failure: the nodes' daemon logs are
+    printed if the test failed, every mount is unmounted, then s3rver is stopped.
+
+    A test module turns it into a fixture (a fixture imported from another module
+    would shadow the test functions' argument, which linters flag):
+
+        @pytest.fixture
+        def cluster(request, ckptfs_bin, monkeypatch):
+            with cluster_fixture.clusters(request, monkeypatch) as make:
+                yield make
+    """
+    server = start_s3rver(monkeypatch)
+    made = []
+
+    def make(n, *extra, prefix=PREFIX, refresh=REFRESH_S):
+        c = Cluster(server, prefix=prefix, refresh=refresh)
+        made.append(c)
+        return c.start(n, *extra)
+
+    left = []
+    try:
+        yield make
+    finally:
+        try:
+            rep = getattr(request.node, "rep_call", None)
+            for c in made:
+                if rep is not None and rep.failed:
+                    sys.stdout.write(c.logs())
+                left += c.close()
+        finally:
+            server.close()
+    assert not left, f"mounts left behind: {left}"

@@ -1,0 +1,473 @@
+"""Cluster mode (SPEC section 9, issue 17): several mounts on one s3rver bucket, each
+with its own cache and `--node a|b|c|d`, `--refresh 0.2`, stand in for the nodes of one
+training job (cluster_fixture.py).
+
+What is checked is what trainers and users see on every node: the step committed
+(user.ckptfs.state, `ls` of the run directory, `latest`, `ckptfs status`,
+user.ckptfs.files / bytes) within a few seconds of the commit on another node; every
+file byte for byte the same on every node, also files another node wrote (the read
+waits for the owner's upload) and after that node is gone; DCP loads of the step through
+any node; exact `.full/` views on a node that wrote no shard; `persisted` everywhere and
+on a cold mount of a new node. The writers:
+
+  * real torch DCP (torch 1.13, gloo) with ranks spread over the mounts
+    (dcp_cluster_save.py: rank r writes under the mount of node r // ranks_per_node;
+    rank 0 renames `.metadata` into place after DCP's gather), compared with the same
+    save into a plain directory (byte-identical; full_views_gen.py's expected views);
+  * per-rank torch.save with `ckptfs commit` on one node;
+  * `cp -r` of a checkpoint split over two mounts, in both orders;
+  * the OLMo-core Checkpointer's multi-node sequence (per-node `step<N>-tmp` renamed by
+    each node, `.metadata.json` by rank 0), with node b's rename before and after the
+    marker;
+  * a part that never arrives (the step stays `writing`, the file named in
+    user.ckptfs.error, never committed anywhere) and a node whose shards come 2 s late.
+"""
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from ckptfs_testlib import (HERE, PYTHON, read_file, run_cli, torch_available,
+                            tree_digest, write_file)
+import cluster_fixture
+from s3rver_fixture import s3rver_available
+
+DRIVER = os.path.join(HERE, "dcp_cluster_save.py")
+GEN = os.path.join(HERE, "full_views_gen.py")
+MiB = 1 << 20
+VISIBLE_S = 10       # a commit made on one node shows on every node within this
+PERSIST_S = 60
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs():
+    if not s3rver_available():
+        if os.environ.get("CI"):
+            pytest.fail("s3rver is not installed (packaging/install-deps.sh installs it)")
+        pytest.skip("s3rver is not installed: the cluster tests need it (packaging/install-deps.sh)")
+    if not torch_available():
+        pytest.skip(f"torch is not importable by {PYTHON}: the cluster tests drive torch DCP "
+                    "(apt install python3-torch)")
+
+
+@pytest.fixture
+def cluster(request, ckptfs_bin, monkeypatch):
+    """cluster(n) -> cluster_fixture.Cluster: s3rver and n mounts, nodes a, b, ..."""
+    with cluster_fixture.clusters(request, monkeypatch) as make:
+        yield make
+
+
+# ----------------------------------------------------------------------------- writers
+
+def run_py(script, *args, timeout=300):
+    r = subprocess.run([PYTHON, script, *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, f"{os.path.basename(script)} {' '.join(map(str, args))} failed:\n" \
+                              f"{r.stderr[-4000:]}"
+    return r
+
+
+def dcp_save(c, rel, world, nodes=None):
+    """A real DCP save by `world` gloo ranks, rank r under the mount of node
+    r // (world / len(nodes))."""
+    run_py(DRIVER, "save", rel, "--roots", ",".join(c.roots(nodes)), "--world-size", world)
+
+
+def dcp_load(path, world):
+    """`world` ranks load the step at `path` and compare every value with the recipe."""
+    run_py(DRIVER, "load", path, "--world-size", world)
+
+
+@pytest.fixture(scope="module")
+def dcp_ref(tmp_path_factory):
+    """dcp_ref(world) -> (plain dir, expected views dir): the same DCP save into a plain
+    directory (made once per world size)."""
+    made = {}
+
+    def get(world):
+        if world not in made:
+            base = tmp_path_factory.mktemp(f"dcpref{world}")
+            d, exp = str(base / "ckpt"), str(base / "exp")
+            run_py(GEN, "save", d, exp, "--world-size", world)
+            made[world] = d, exp
+        return made[world]
+    return get
+
+
+def rank_files(ref, ranks):
+    """DCP shard files of `ranks` in a plain checkpoint (`__<rank>_<i>.distcp`)."""
+    return sorted(n for n in os.listdir(ref) if n.startswith("__") and
+                  int(n[2:].split("_")[0]) in ranks)
+
+
+def write_files(root, files):
+    """files: {relative path: bytes}, written under root (directories made)."""
+    for rel, data in files.items():
+        p = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        write_file(p, data)
+
+
+def files_of(ref, names):
+    return {n: read_file(os.path.join(ref, n)) for n in names}
+
+
+def rename_into_place(path, data):
+    """tmp file + fsync + rename, as DCP's finish writes `.metadata`."""
+    write_file(path + ".tmp", data, fsync=True)
+    os.rename(path + ".tmp", path)
+
+
+def payload(n, seed):
+    block = bytes((seed * 131 + i * 7) & 0xFF for i in range(4093))
+    return (block * (n // len(block) + 1))[:n]
+
+
+def digest_of(files):
+    import hashlib
+    return {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
+
+
+# ----------------------------------------------------------------------------- what every node sees
+
+def poll(fn, timeout, what):
+    """Calls fn() until it returns (True, _); fails with the last detail after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ok, detail = fn()
+        except OSError as e:
+            ok, detail = False, repr(e)
+        if ok:
+            return detail
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s; last: {detail}")
+        time.sleep(0.05)
+
+
+def status_step(m, rel):
+    r = run_cli("status", m.mnt, "--json")
+    assert r.returncode == 0, f"ckptfs status {m.mnt}: {r.stderr}"
+    return next((s for s in json.loads(r.stdout)["steps"] if s.get("path") == rel), None)
+
+
+def assert_committed_on(name, m, rel, nfiles, nbytes, latest=True, timeout=VISIBLE_S):
+    run, step = os.path.split(rel)
+    m.wait_state(rel, "committed", timeout=timeout)
+    poll(lambda: (step in os.listdir(m.path(run)), sorted(os.listdir(m.path(run)))),
+         timeout, f"node {name}: {step} in `ls {run}`")
+    if latest:
+        poll(lambda: (os.readlink(m.path(run, "latest")) == step,
+                      os.readlink(m.path(run, "latest"))), timeout, f"node {name}: {run}/latest -> {step}")
+    st = poll(lambda: ((s := status_step(m, rel)) is not None and s.get("state") == "committed", s),
+              timeout, f"node {name}: `ckptfs status` shows {rel} committed")
+    assert m.xattr(rel, "user.ckptfs.files") == str(nfiles), \
+        f"node {name}: user.ckptfs.files {m.xattr(rel, 'user.ckptfs.files')}, expected {nfiles}"
+    assert m.xattr(rel, "user.ckptfs.bytes") == str(nbytes), \
+        f"node {name}: user.ckptfs.bytes {m.xattr(rel, 'user.ckptfs.bytes')}, expected {nbytes}"
+    return st
+
+
+class Want:
+    """The files a step must hold: {relative path: sha256} and their total size."""
+
+    def __init__(self, digest, nbytes):
+        self.digest, self.nbytes = digest, nbytes
+
+    @classmethod
+    def of_dir(cls, d):
+        digest = tree_digest(d)
+        return cls(digest, sum(os.path.getsize(os.path.join(d, p)) for p in digest))
+
+    @classmethod
+    def of_files(cls, files):
+        import hashlib
+        return cls({rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()},
+                   sum(len(data) for data in files.values()))
+
+
+def assert_same_files(name, m, rel, want):
+    got = tree_digest(m.path(rel))
+    assert sorted(got) == sorted(want.digest), \
+        f"node {name}: files of {rel} differ: missing {sorted(set(want.digest) - set(got))}, " \
+        f"extra {sorted(set(got) - set(want.digest))}"
+    bad = sorted(p for p in want.digest if got[p] != want.digest[p])
+    assert not bad, f"node {name}: {rel}: contents differ for {bad}"
+
+
+def assert_committed_everywhere(c, rel, want, latest=True, nodes=None):
+    """On every node (or `nodes`): `rel` committed (state xattr, `ls` of the run,
+    `latest`, `ckptfs status`, user.ckptfs.files / bytes), then every file read through
+    that node byte-identical to `want`."""
+    names = nodes or c.names()
+    for name in names:
+        assert_committed_on(name, c[name], rel, len(want.digest), want.nbytes, latest)
+    for name in names:
+        assert_same_files(name, c[name], rel, want)
+
+
+def assert_never_committed(c, rel, secs):
+    """For `secs`, no node shows `rel` committed or `latest` pointing at it."""
+    run, step = os.path.split(rel)
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        for name, m in c.nodes.items():
+            if os.path.isdir(m.path(rel)):
+                st = m.state(rel)
+                assert st != "committed", \
+                    f"node {name}: {rel} committed: {m.xattr(rel, 'user.ckptfs.error')!r}"
+            if os.path.islink(m.path(run, "latest")):
+                assert os.readlink(m.path(run, "latest")) != step, f"node {name}: latest -> {step}"
+        time.sleep(0.1)
+
+
+def wait_waiting_for(m, rel, missing, timeout=VISIBLE_S):
+    """`rel` is `writing` on m with user.ckptfs.error naming one of the files `missing`."""
+    def check():
+        st, err = m.state(rel), m.xattr(rel, "user.ckptfs.error") or ""
+        return st == "writing" and any(n in err for n in missing), (st, err)
+    return poll(check, timeout, f"{rel} writing, waiting for one of {missing}")
+
+
+def wait_persisted_everywhere(c, rel, nodes=None, timeout=PERSIST_S):
+    for name in nodes or c.names():
+        m = c[name]
+        poll(lambda: (m.xattr(rel, "user.ckptfs.persisted") == "true",
+                      (m.xattr(rel, "user.ckptfs.persisted"), m.state(rel))),
+             timeout, f"node {name}: {rel} persisted")
+
+
+def split_dcp(ref, ranks_by_node, marker_node):
+    """{node: {name: bytes}}: the shards of a plain DCP checkpoint split by rank over
+    nodes, `.metadata` with marker_node."""
+    out = {n: files_of(ref, rank_files(ref, ranks)) for n, ranks in ranks_by_node.items()}
+    out[marker_node][".metadata"] = read_file(os.path.join(ref, ".metadata"))
+    return out
+
+
+def split_plain_step():
+    """Files of a step written half on node a, half on node b; some cross 8 MiB."""
+    return {"a": {"shard_a0.bin": payload(3 * MiB + 5, 1), "shard_a1.bin": payload(MiB, 2)},
+            "b": {"shard_b0.bin": payload(9 * MiB + 3, 3), "sub/b1.bin": b"node b's small file\n"}}
+
+
+def write_split(c, rel, by_node):
+    for name, files in by_node.items():
+        write_files(c[name].path(rel), files)
+
+
+def union(by_node):
+    out = {}
+    for files in by_node.values():
+        out.update(files)
+    return out
+
+
+# ----------------------------------------------------------------------------- torch DCP
+
+@pytest.mark.timeout_s(300)
+def test_dcp_two_nodes_four_ranks(cluster, dcp_ref):
+    c = cluster(2)
+    ref, _ = dcp_ref(4)
+    dcp_save(c, "run/step100", 4)          # ranks 0-1 on a, 2-3 on b; rank 0 renames .metadata on a
+    assert_committed_everywhere(c, "run/step100", Want.of_dir(ref))
+    assert c["a"].xattr("run/step100", "user.ckptfs.error") in (None, "")
+    dcp_load(c["b"].path("run/step100"), 4)
+
+
+@pytest.mark.timeout_s(400)
+def test_dcp_four_nodes_eight_ranks_and_full_views(cluster, dcp_ref):
+    from test_full_views import assert_full_views
+    c = cluster(4)
+    ref, exp = dcp_ref(8)
+    dcp_save(c, "run/step200", 8)          # two ranks per node, a..d
+    assert_committed_everywhere(c, "run/step200", Want.of_dir(ref))
+    assert_full_views(c["d"].path("run/step200", ".full"), exp, "dcp")
+    dcp_load(c["b"].path("run/step200"), 8)
+
+
+@pytest.mark.timeout_s(300)
+def test_dcp_consecutive_saves_move_latest_on_every_node(cluster, dcp_ref):
+    c = cluster(2)
+    ref, _ = dcp_ref(4)
+    want = Want.of_dir(ref)                # the recipe does not depend on the step
+    dcp_save(c, "run/step1", 4)
+    assert_committed_everywhere(c, "run/step1", want)
+    dcp_save(c, "run/step2", 4)
+    assert_committed_everywhere(c, "run/step2", want)
+    for name, m in c.nodes.items():
+        assert m.latest("run") == "step2", f"node {name}"
+        assert m.state("run/step1") == "committed", f"node {name}"
+        steps = sorted(n for n in os.listdir(m.path("run")) if n.startswith("step"))
+        assert steps == ["step1", "step2"], f"node {name}: {steps}"
+
+
+@pytest.mark.timeout_s(180)
+def test_full_views_on_a_node_that_wrote_nothing(cluster, dcp_ref):
+    """Node c only reads: it sees the step the ranks on a and b wrote, and its `.full/`
+    views are exact."""
+    from test_full_views import assert_full_views
+    c = cluster(3)
+    ref, exp = dcp_ref(4)
+    by_node = split_dcp(ref, {"b": {2, 3}, "a": {0, 1}}, marker_node="a")
+    write_split(c, "run/step300", {"b": by_node["b"]})
+    write_files(c["a"].path("run/step300"), {n: d for n, d in by_node["a"].items() if n != ".metadata"})
+    rename_into_place(c["a"].path("run/step300/.metadata"), by_node["a"][".metadata"])
+    assert_committed_everywhere(c, "run/step300", Want.of_dir(ref), nodes=["c", "a", "b"])
+    assert_full_views(c["c"].path("run/step300", ".full"), exp, "dcp")
+
+
+# ----------------------------------------------------------------------------- other writers
+
+@pytest.mark.timeout_s(300)
+def test_torch_save_per_rank_then_ckptfs_commit_on_one_node(cluster):
+    c = cluster(2)
+    run_py(DRIVER, "torch-save", "run/step5", "--roots", ",".join(c.roots()), "--world-size", 4)
+    # each node holds its ranks' files; nothing committed yet (no marker, no trigger)
+    own = {}
+    for name, ranks in (("a", (0, 1)), ("b", (2, 3))):
+        m = c[name]
+        have = set(os.listdir(m.path("run/step5")))
+        assert have >= {f"rank{r}.pt" for r in ranks}, f"node {name}: {sorted(have)}"
+        assert m.state("run/step5") == "writing", name
+        own.update({f"rank{r}.pt": read_file(m.path("run/step5", f"rank{r}.pt")) for r in ranks})
+    r = c["a"].commit("run/step5")
+    assert r.returncode == 0, f"ckptfs commit on node a: {r.stderr}"
+    assert_committed_everywhere(c, "run/step5", Want.of_files(own))
+    run_py(DRIVER, "torch-load", c["b"].path("run/step5"), "--world-size", 4)
+
+
+@pytest.mark.parametrize("order", ["a_then_b", "b_then_a"])
+@pytest.mark.timeout_s(180)
+def test_cp_r_split_over_two_mounts_then_commit_on_b(cluster, dcp_ref, tmp_path, order):
+    c = cluster(2)
+    ref, _ = dcp_ref(4)
+    halves = split_dcp(ref, {"a": {0, 1}, "b": {2, 3}}, marker_node="b")
+    for name, files in halves.items():
+        write_files(str(tmp_path / name), files)
+        os.makedirs(c[name].path("run"), exist_ok=True)
+    for name in (("a", "b") if order == "a_then_b" else ("b", "a")):
+        r = subprocess.run(["cp", "-r", str(tmp_path / name), c[name].path("run/step7")],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"cp -r into node {name}: {r.stderr}"
+    r = c["b"].commit("run/step7", timeout=VISIBLE_S * 3)
+    assert r.returncode == 0, f"ckptfs commit on node b: {r.stderr}"
+    assert_committed_everywhere(c, "run/step7", Want.of_dir(ref))
+
+
+def olmo_write_metadata(step_dir, doc):
+    """OLMo-core's _save_metadata: NamedTemporaryFile in the step, fdatasync, replace."""
+    import tempfile
+    with tempfile.NamedTemporaryFile(dir=step_dir, delete=False) as f:
+        f.write(json.dumps(doc).encode())
+        f.flush()
+        os.fdatasync(f.fileno())
+    os.replace(f.name, os.path.join(step_dir, ".metadata.json"))
+
+
+@pytest.mark.parametrize("b_renames", ["before_marker", "after_marker"])
+@pytest.mark.timeout_s(180)
+def test_olmo_core_per_node_tmp_dir_renames(cluster, dcp_ref, b_renames):
+    """Each node's local rank 0 renames its own step20-tmp into step20; global rank 0
+    (node a) then writes .metadata.json. No barrier orders node b's rename against the
+    marker: both orders must commit, and b's late rename must succeed (a merge)."""
+    c = cluster(2)
+    ref, _ = dcp_ref(4)
+    shards = split_dcp(ref, {"a": {0, 1}, "b": {2, 3}}, marker_node="a")
+    by_node = {}
+    for name, ranks in (("a", (0, 1)), ("b", (2, 3))):
+        files = {f"train/rank{r}.pt": payload(200 * 1024 + r, 40 + r) for r in ranks}
+        files.update({f"model_and_optim/{n}": d for n, d in shards[name].items() if n != ".metadata"})
+        by_node[name] = files
+        write_files(c[name].path("run/step20-tmp"), files)
+    # DCP's finish on rank 0 (after the gather): the nested marker, no effect by itself
+    meta = shards["a"][".metadata"]
+    rename_into_place(c["a"].path("run/step20-tmp/model_and_optim/.metadata"), meta)
+    by_node["a"]["model_and_optim/.metadata"] = meta
+    # _teardown_tmp_dir: every node's local rank 0 renames its own tmp dir
+    os.rename(c["a"].path("run/step20-tmp"), c["a"].path("run/step20"))
+    if b_renames == "before_marker":
+        os.rename(c["b"].path("run/step20-tmp"), c["b"].path("run/step20"))
+    doc = {"ephemeral": False, "version": "2.1.0"}
+    olmo_write_metadata(c["a"].path("run/step20"), doc)
+    by_node["a"][".metadata.json"] = json.dumps(doc).encode()
+    if b_renames == "after_marker":
+        c["a"].wait_state("run/step20", "committed", timeout=VISIBLE_S)
+        os.rename(c["b"].path("run/step20-tmp"), c["b"].path("run/step20"))  # must not fail
+    assert_committed_everywhere(c, "run/step20", Want.of_files(union(by_node)))
+    for name, m in c.nodes.items():
+        assert "step20-tmp" not in os.listdir(m.path("run")), f"node {name}"
+
+
+# ----------------------------------------------------------------------------- parts missing or late
+
+@pytest.mark.timeout_s(180)
+def test_a_part_that_never_arrives_keeps_the_step_writing_everywhere(cluster, dcp_ref):
+    c = cluster(2)
+    ref, _ = dcp_ref(4)
+    by_node = split_dcp(ref, {"a": {0, 1}, "b": {2, 3}}, marker_node="a")
+    missing = rank_files(ref, {3})[0]
+    del by_node["b"][missing]
+    write_split(c, "run/step9", {"b": by_node["b"]})
+    write_files(c["a"].path("run/step9"), {n: d for n, d in by_node["a"].items() if n != ".metadata"})
+    rename_into_place(c["a"].path("run/step9/.metadata"), by_node["a"][".metadata"])
+    wait_waiting_for(c["a"], "run/step9", [missing])
+    assert_never_committed(c, "run/step9", secs=2.0)
+    for name, m in c.nodes.items():
+        assert m.state("run/step9") == "writing", f"node {name}: {m.state('run/step9')}"
+        assert not os.path.lexists(m.path("run/step9", missing)), f"node {name}"
+
+
+@pytest.mark.timeout_s(180)
+def test_a_slow_node_commits_when_its_part_arrives(cluster, dcp_ref):
+    c = cluster(2)
+    ref, _ = dcp_ref(4)
+    by_node = split_dcp(ref, {"a": {0, 1}, "b": {2, 3}}, marker_node="a")
+    write_files(c["a"].path("run/step11"), {n: d for n, d in by_node["a"].items() if n != ".metadata"})
+    rename_into_place(c["a"].path("run/step11/.metadata"), by_node["a"][".metadata"])
+    t0 = time.monotonic()
+    wait_waiting_for(c["a"], "run/step11", sorted(by_node["b"]))   # names one of b's shards
+    assert_never_committed(c, "run/step11", secs=max(0.0, 2.0 - (time.monotonic() - t0)))
+    write_files(c["b"].path("run/step11"), by_node["b"])    # node b, 2 s late
+    assert_committed_everywhere(c, "run/step11", Want.of_dir(ref))
+
+
+# ----------------------------------------------------------------------------- persisted, cold mounts, gone writers
+
+@pytest.mark.timeout_s(240)
+def test_persisted_everywhere_and_a_cold_node_sees_the_step(cluster):
+    c = cluster(2)
+    by_node = split_plain_step()
+    write_split(c, "run/step30", by_node)
+    os.setxattr(c["a"].path("run/step30"), "user.ckptfs.commit", b"1")
+    want = Want.of_files(union(by_node))
+    # read right after the commit: another node's files may not be uploaded yet
+    assert_committed_everywhere(c, "run/step30", want)
+    wait_persisted_everywhere(c, "run/step30")
+    e = c.add("e")                                  # a new machine: an empty cache
+    assert_committed_on("e", e, "run/step30", len(want.digest), want.nbytes)
+    assert e.xattr("run/step30", "user.ckptfs.persisted") == "true"
+    assert_same_files("e", e, "run/step30", want)
+
+
+@pytest.mark.timeout_s(240)
+def test_reads_of_a_gone_nodes_files_come_from_the_remote(cluster):
+    c = cluster(2)
+    by_node = split_plain_step()
+    write_split(c, "run/step40", by_node)
+    r = c["a"].commit("run/step40")
+    assert r.returncode == 0, f"ckptfs commit on node a: {r.stderr}"
+    # node a reads nothing of b's before b is gone: only xattrs here
+    c["a"].wait_state("run/step40", "committed", timeout=VISIBLE_S)
+    wait_persisted_everywhere(c, "run/step40", nodes=["b", "a"])
+    b = c["b"]
+    b.umount()
+    shutil.rmtree(b.cache)                          # nothing of b is left on this "machine"
+    a = c["a"]
+    for rel, data in by_node["b"].items():
+        assert read_file(a.path("run/step40", rel)) == data, f"{rel} read on node a"
+    assert_same_files("a", a, "run/step40", Want.of_files(union(by_node)))
+    assert a.state("run/step40") == "committed"
