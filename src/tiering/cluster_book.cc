@@ -451,8 +451,7 @@ void ClusterBook::AddStatus(nlohmann::json* status) const {
   block["node"] = options_.node;
   block["decide"] = options_.mode == DecideMode::kConditionalPut ? "conditional-put" : "votes";
   block["refresh_s"] = static_cast<double>(options_.refresh_ns) / 1e9;
-  block["requests"] = {
-       {{"part_puts", counters_.part_puts.load()},
+  block["requests"] = {{"part_puts", counters_.part_puts.load()},
         {"part_gets", counters_.part_gets.load()},
         {"lists", counters_.lists.load()},
         {"index_puts", counters_.index_puts.load()},
