@@ -491,6 +491,10 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // The path of the writing step ino is in, when this node's part of it must
   // be published before the operation returns ("" = none, or not a cluster).
   std::string ClusterStepOfLocked(uint64_t ino) REQUIRES(mu_);
+  // The step a staging directory (step20-tmp) at or above ino stands for ("" = none).
+  std::string StagedStepPathLocked(uint64_t ino) REQUIRES(mu_);
+  // The staging directory of a step path here (0 = none).
+  uint64_t StagingDirOfLocked(const std::string& step_path) REQUIRES(mu_);
   // Publishes this node's part of the step (no-op for ""); call without mu_.
   // EIO when the bucket cannot take it.
   Status PublishPartOf(const std::string& step_path) EXCLUDES(mu_);

@@ -33,10 +33,39 @@ void FileSystem::SetClusterHooks(ClusterHooks* hooks) {
   cluster_ = hooks;
 }
 
+// OLMo-core's staging directory: "step20-tmp" beside where "step20" goes.
+// Each node's local rank 0 renames its own into the step, with no barrier
+// before global rank 0 writes the step's metadata on its node, so a node's
+// staged files must already count as its part of the step.
+std::string FileSystem::StagedStepPathLocked(uint64_t ino) {
+  constexpr const char* kSuffix = "-tmp";
+  for (int depth = 0; ino != 0 && ino != kRootIno && depth < 64; depth++) {
+    Inode* inode = inodes_.Find(ino);
+    if (!inode) return "";
+    const std::string& name = inode->name;
+    if (inode->is_dir() && name.size() > 4 && name.compare(name.size() - 4, 4, kSuffix) == 0 &&
+        !steps_.count(ino)) {
+      const std::string target = name.substr(0, name.size() - 4);
+      if (pattern_.Match(target) && steps_.StepOf(inodes_, inode->rec.parent) == 0) {
+        const std::string parent = inodes_.PathOf(inode->rec.parent);
+        return parent.empty() ? target : parent + "/" + target;
+      }
+    }
+    ino = inode->rec.parent;
+  }
+  return "";
+}
+
+uint64_t FileSystem::StagingDirOfLocked(const std::string& step_path) {
+  const uint64_t ino = ResolveRelative(kRootIno, step_path + "-tmp");
+  Inode* dir = ino ? inodes_.Find(ino) : nullptr;
+  return dir && dir->is_dir() && !steps_.count(ino) ? ino : 0;
+}
+
 std::string FileSystem::ClusterStepOfLocked(uint64_t ino) {
   if (!cluster_) return "";
   const uint64_t step = steps_.StepOf(inodes_, ino);
-  if (step == 0) return "";
+  if (step == 0) return StagedStepPathLocked(ino);
   auto it = steps_.find(step);
   if (it == steps_.end() || it->second.state == StepState::kCommitted ||
       it->second.state == StepState::kDeleting) {
@@ -107,16 +136,41 @@ Result<PartRecord> FileSystem::PartSnapshotLocked(const std::string& step_path) 
   const uint64_t step = ResolveRelative(kRootIno, step_path);
   auto it = steps_.find(step);
   Inode* dir = step ? inodes_.Find(step) : nullptr;
-  if (it == steps_.end() || !dir) return Status::Error(ENOENT, step_path + " is not a step here");
+  const uint64_t staging = StagingDirOfLocked(step_path);
+  if ((it == steps_.end() || !dir) && staging == 0) return Status::Error(ENOENT, step_path + " is not a step here");
   PartRecord part;
   part.step_path = step_path;
-  CollectPartLocked(dir, "", &part);
+  if (it != steps_.end() && dir) CollectPartLocked(dir, "", &part);
+  if (staging != 0) {
+    // Files still in the staging directory: this node's part all the same,
+    // marked as staged until the node renames the directory into the step.
+    PartRecord staged;
+    staged.step_path = step_path;
+    Inode* staging_dir = inodes_.Find(staging);
+    CollectPartLocked(staging_dir, "", &staged);
+    std::set<std::string> have;
+    for (const auto& f : part.files) have.insert(f.path);
+    for (auto& f : staged.files) {
+      // Not uploaded from there: the upload starts once it is in the step.
+      f.uploaded = false;
+      f.crc32c.reset();
+      f.chunks.clear();
+      if (!have.count(f.path)) part.files.push_back(std::move(f));
+    }
+    for (auto& d : staged.dirs) part.dirs.push_back(std::move(d));
+    for (auto& l : staged.symlinks) part.symlinks.push_back(std::move(l));
+    part.staged_as = staging_dir->name;
+    if (it == steps_.end() || !dir) dir = staging_dir;
+  }
+  std::sort(part.dirs.begin(), part.dirs.end());
+  part.dirs.erase(std::unique(part.dirs.begin(), part.dirs.end()), part.dirs.end());
   std::sort(part.files.begin(), part.files.end(),
             [](const PartRecord::File& a, const PartRecord::File& b) { return a.path < b.path; });
-  std::sort(part.dirs.begin(), part.dirs.end());
   part.all_uploaded = !part.files.empty() &&
                       std::all_of(part.files.begin(), part.files.end(), [](const auto& f) { return f.uploaded; });
-  part.open_writers = OpenWritersUnder(dir);
+  // Files written since their writer's last close(): a file whose close
+  // is publishing this part has been flushed, though its RELEASE is to come.
+  part.open_writers = UnflushedWritersUnder(dir);
   // Activity is kept on the monotonic clock; the record carries wall time.
   const StepRuntime* rt = steps_.FindRuntime(step);
   const int64_t idle_ns = rt && rt->last_activity > 0 ? clock_->MonotonicNanos() - rt->last_activity : 0;
@@ -299,6 +353,12 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
   }
   ManifestBatch batch;
   uint64_t step_ino = ResolveRelative(kRootIno, record.step_path);
+  if (step_ino == 0 && StagingDirOfLocked(record.step_path) != 0) {
+    // This node's files still sit in its staging directory: the step appears
+    // here when the node renames it into place (and commits it then), so the
+    // trainer's rename does not meet a directory of that name.
+    return Status::Error(EAGAIN, record.step_path + " is still staged here");
+  }
   if (step_ino != 0) {
     auto it = steps_.find(step_ino);
     if (it == steps_.end()) return Status::Error(EEXIST, record.step_path + " is not a step here");
