@@ -192,7 +192,7 @@ Result<PartRecord> ClusterBook::GetPart(const std::string& step_path, const std:
     auto part = DecodePartRecord(*body);
     if (part.ok()) {
       if (part->node != node || part->step_path != step_path) {
-        return Status::Error(EIO, key + " names node '" + part->node + "' and step '" + part->step_path + "'");
+        return Status::Error(EIO, "malformed part record " + key + ": it names node '" + part->node + "' and step '" + part->step_path + "'");
       }
       return part;
     }
@@ -202,9 +202,14 @@ Result<PartRecord> ClusterBook::GetPart(const std::string& step_path, const std:
 }
 
 Result<std::vector<PartRecord>> ClusterBook::GatherParts(const std::string& step_path) {
+  // A bucket that fails to answer keeps the commit waiting (EAGAIN, asked
+  // again); only a malformed record breaks the step (EIO).
+  auto unreachable = [&](const Status& st, const std::string& what) {
+    return Status::Error(EAGAIN, what + ": " + st.message());
+  };
   counters_.lists++;
   auto listed = store_->List(step_path + "/" + kPartRecordDir);
-  if (!listed.ok()) return listed.status().Annotate("listing the parts of " + step_path);
+  if (!listed.ok()) return unreachable(listed.status(), "listing the parts of " + step_path);
   std::vector<PartRecord> out;
   for (const auto& obj : *listed) {
     std::string step, node;
@@ -216,11 +221,12 @@ Result<std::vector<PartRecord>> ClusterBook::GatherParts(const std::string& step
     if (!part.ok()) {
       // Deleted between the LIST and the GET: not a part any more.
       if (part.status().err() == ENOENT) continue;
-      if (part.status().err() == EIO) {
+      if (part.status().err() == EIO && part.status().message().rfind("malformed", 0) == 0) {
         events_->Append({{"event", "error"}, {"kind", "cluster_part"}, {"path", step_path},
                          {"error", part.status().message()}});
+        return part.status();
       }
-      return part.status();
+      return unreachable(part.status(), "reading the part of node " + node);
     }
     out.push_back(std::move(part).value());
   }
@@ -307,15 +313,17 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
 void ClusterBook::MaybeRefresh() {
   const int64_t start = Now();
   if (ever_refreshed_ && start - refreshed_at_ < options_.refresh_ns) return;
+  const uint64_t seen = refresh_generation_.load();
   MutexLock serial(&refresh_mu_);
   // Another caller refreshed while this one waited: its view is fresh.
-  if (ever_refreshed_ && refreshed_at_ >= start) return;
+  if (refresh_generation_.load() != seen) return;
   const int64_t began = Now();
   counters_.refreshes++;
   counters_.lists++;
   auto listed = store_->List(kStepIndexDir);
   refreshed_at_ = began;
   ever_refreshed_ = true;
+  refresh_generation_++;
   if (!listed.ok()) {
     // Lookups go on with the view they have; the event says why it is old.
     if (refresh_errors_++ % 60 == 0) {

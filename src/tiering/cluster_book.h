@@ -142,6 +142,7 @@ class ClusterBook : public ClusterHooks {
   Mutex refresh_mu_;
   std::atomic<int64_t> refreshed_at_{0};
   std::atomic<bool> ever_refreshed_{false};
+  std::atomic<uint64_t> refresh_generation_{0};  // refreshes begun after a caller looked
   std::atomic<uint64_t> refresh_errors_{0};
 };
 

@@ -1,0 +1,241 @@
+// Cluster commits without a mount: two or three FileSystems ("nodes"), each
+// with its own ClusterBook, over one MemoryObjectStore (the shared bucket).
+// The ClusterBooks run no thread here; commits run on the test's thread
+// through each node's coordinator (DrainCommits).
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+
+#include <memory>
+#include <string>
+
+#include "namespace/fs_test_env.h"
+#include "remote/memory_object_store.h"
+#include "tiering/cluster_book.h"
+
+namespace ckptfs::testing {
+namespace {
+
+class Node {
+ public:
+  Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0)
+      : env_(Options(name)) {
+    ClusterBookOptions o;
+    o.node = name;
+    o.cache_id = "cache-" + name;
+    o.refresh_ns = 0;  // every lookup reads the index
+    o.publish_timeout_ns = publish_timeout_ns;
+    // The book's own waits (retries, back-offs) run on the real clock.
+    o.clock = nullptr;
+    book_ = std::make_unique<ClusterBook>(&env_.fs(), bucket, &env_.events, o);
+    env_.fs().SetClusterHooks(book_.get());
+  }
+  ~Node() { env_.fs().SetClusterHooks(nullptr); }
+
+  FileSystem& fs() { return env_.fs(); }
+  FsEnv& env() { return env_; }
+  ClusterBook& book() { return *book_; }
+
+  // run/<step>, made here (every DCP rank makes the step directory).
+  uint64_t Step(const std::string& step) {
+    auto run = fs().Lookup(kRootIno, "run");
+    const uint64_t run_ino = run.ok() ? run->ino : Mkdir(fs(), kRootIno, "run");
+    auto existing = fs().Lookup(run_ino, step);
+    return existing.ok() ? existing->ino : Mkdir(fs(), run_ino, step);
+  }
+  std::string State(uint64_t step) {
+    auto v = fs().GetXattr(step, "user.ckptfs.state");
+    return v.ok() ? *v : "<" + v.status().ToString() + ">";
+  }
+  std::string Xattr(uint64_t ino, const std::string& name) {
+    auto v = fs().GetXattr(ino, name);
+    return v.ok() ? *v : "<" + v.status().ToString() + ">";
+  }
+  std::string CommitterOf(const std::string& path) {
+    for (const auto& s : fs().Steps()) {
+      if (s.path == path) return s.rec.committer;
+    }
+    return "<no step " + path + ">";
+  }
+  void Commit(uint64_t step) {
+    fs().RequestCommit(step);
+    env_.DrainCommits();
+  }
+
+ private:
+  static FileSystemOptions Options(const std::string& name) {
+    FileSystemOptions o;
+    o.remote = true;
+    o.node = name;
+    return o;
+  }
+  FsEnv env_;
+  std::unique_ptr<ClusterBook> book_;
+};
+
+TEST(ClusterCommitTest, ClosePublishesThePartBeforeItReturns) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  const uint64_t step = a.Step("step1");
+  WriteFile(a.fs(), step, "x", "AAA");
+  auto body = bucket.GetRange(PartRecordKey("run/step1", "a"), 0, UINT64_MAX);
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  auto part = DecodePartRecord(*body);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  ASSERT_EQ(part->files.size(), 1u);
+  EXPECT_EQ(part->files[0].path, "x");
+  EXPECT_EQ(part->files[0].size, 3u);
+  EXPECT_EQ(part->node, "a");
+  EXPECT_EQ(part->cache_id, "cache-a");
+  EXPECT_EQ(part->open_writers, 0u);
+  EXPECT_EQ(a.book().counters().part_puts.load(), 1u);
+}
+
+TEST(ClusterCommitTest, OneNodesCommitCoversTheUnionAndTheOtherAdoptsIt) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step_a = a.Step("step1");
+  const uint64_t step_b = b.Step("step1");
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  WriteFile(b.fs(), step_b, "y", "BBBB");
+  a.Commit(step_a);
+  EXPECT_EQ(a.State(step_a), "committed");
+  EXPECT_EQ(a.Xattr(step_a, "user.ckptfs.files"), "2");
+  EXPECT_EQ(a.Xattr(step_a, "user.ckptfs.bytes"), "7");
+  auto y = a.fs().Lookup(step_a, "y");
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ(y->attr.st_size, 4);
+  EXPECT_EQ(a.CommitterOf("run/step1"), "a");
+  // Node b learns it at its next lookup, and its own file is sealed.
+  auto x = b.fs().Lookup(step_b, "x");
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  EXPECT_EQ(x->attr.st_size, 3);
+  EXPECT_EQ(b.State(step_b), "committed");
+  EXPECT_EQ(b.CommitterOf("run/step1"), "a");
+  auto yb = b.fs().Lookup(step_b, "y");
+  ASSERT_TRUE(yb.ok());
+  auto w = b.fs().OpenFile(yb->ino, O_WRONLY);
+  EXPECT_FALSE(w.ok()) << "a committed file opened for writing";
+}
+
+TEST(ClusterCommitTest, ANodeWithoutTheStepSeesItAfterTheCommit) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node c("c", &bucket);
+  const uint64_t step = a.Step("step5");
+  WriteFile(a.fs(), step, "x", "AAA");
+  a.Commit(step);
+  ASSERT_EQ(a.State(step), "committed");
+  auto run = c.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  auto s = c.fs().Lookup(run->ino, "step5");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(c.State(s->ino), "committed");
+  auto x = c.fs().Lookup(s->ino, "x");
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(x->attr.st_size, 3);
+}
+
+TEST(ClusterCommitTest, TriggersOnTwoNodesGiveOneRecord) {
+  MemoryObjectStore bucket;
+  bucket.IgnoreConditions(true);  // like s3rver: the nodes decide by votes
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step_a = a.Step("step2");
+  const uint64_t step_b = b.Step("step2");
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  WriteFile(b.fs(), step_b, "y", "BBBB");
+  b.Commit(step_b);
+  a.Commit(step_a);
+  EXPECT_EQ(a.State(step_a), "committed");
+  EXPECT_EQ(b.State(step_b), "committed");
+  // a's own trigger found b's decision and adopted it.
+  EXPECT_EQ(a.CommitterOf("run/step2"), "b");
+  EXPECT_EQ(b.CommitterOf("run/step2"), "b");
+  auto record = bucket.GetRange("run/step2/.ckptfs-step.json", 0, UINT64_MAX);
+  ASSERT_TRUE(record.ok());
+  auto decoded = DecodeClusterStepRecord(*record);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->committer, "b");
+  EXPECT_EQ(decoded->files.size(), 2u);
+}
+
+TEST(ClusterCommitTest, AMalformedPartBreaksTheStepNamingIt) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  const uint64_t step = a.Step("step3");
+  WriteFile(a.fs(), step, "x", "AAA");
+  ASSERT_TRUE(bucket.Put(PartRecordKey("run/step3", "zz"), "{not json").ok());
+  a.Commit(step);
+  EXPECT_EQ(a.State(step), "broken");
+  EXPECT_NE(a.Xattr(step, "user.ckptfs.error").find(".ckptfs-parts/zz.json"), std::string::npos)
+      << a.Xattr(step, "user.ckptfs.error");
+}
+
+TEST(ClusterCommitTest, AnUnreachableBucketKeepsTheCommitWaiting) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  const uint64_t step = a.Step("step4");
+  WriteFile(a.fs(), step, "x", "AAA");
+  bucket.SetUnavailable(true);
+  a.Commit(step);
+  EXPECT_EQ(a.State(step), "writing");
+  bucket.SetUnavailable(false);
+  // The coordinator asks again after its poll interval.
+  a.env().clock.Advance(1'000'000'000);
+  a.env().DrainCommits();
+  EXPECT_EQ(a.State(step), "committed");
+}
+
+TEST(ClusterCommitTest, CloseFailsWhenThePartCannotBePublished) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);  // publish timeout 0: the first failure is final
+  const uint64_t step = a.Step("step6");
+  auto c = a.fs().Create(kRoot, step, "x", 0644, O_WRONLY);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(a.fs().Write(c->second.fh, "AAA", 3, 0).ok());
+  bucket.SetUnavailable(true);
+  Status st = a.fs().Flush(c->second.fh);
+  EXPECT_EQ(st.err(), EIO) << st.ToString();
+  EXPECT_NE(st.message().find("cannot publish"), std::string::npos) << st.ToString();
+  bucket.SetUnavailable(false);
+  EXPECT_TRUE(a.fs().Release(c->second.fh).ok());
+}
+
+TEST(ClusterCommitTest, StagedFilesArePublishedAsThePartOfTheirStep) {
+  MemoryObjectStore bucket;
+  Node b("b", &bucket);
+  auto run = Mkdir(b.fs(), kRootIno, "run");
+  const uint64_t tmp = Mkdir(b.fs(), run, "step20-tmp");
+  WriteFile(b.fs(), tmp, "y", "BBBB");
+  auto body = bucket.GetRange(PartRecordKey("run/step20", "b"), 0, UINT64_MAX);
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  auto part = DecodePartRecord(*body);
+  ASSERT_TRUE(part.ok());
+  EXPECT_EQ(part->staged_as, "step20-tmp");
+  ASSERT_EQ(part->files.size(), 1u);
+  EXPECT_EQ(part->files[0].path, "y");
+}
+
+TEST(ClusterCommitTest, StepIndexKeysRoundTrip) {
+  for (const std::string path : {"run/step1", "step1", "a~b/%x/step2", "deep/run/x/step3"}) {
+    for (char state : {'c', 'p', 'r'}) {
+      std::string back;
+      char got = 0;
+      const std::string key = StepIndexKey(path, state);
+      ASSERT_TRUE(ParseStepIndexKey(key, &back, &got)) << key;
+      EXPECT_EQ(back, path);
+      EXPECT_EQ(got, state);
+      EXPECT_EQ(key.find('/', std::string(kStepIndexDir).size()), std::string::npos) << key;
+    }
+  }
+  std::string p;
+  char s;
+  EXPECT_FALSE(ParseStepIndexKey(".ckptfs-index/x~q.json", &p, &s));
+  EXPECT_FALSE(ParseStepIndexKey(".ckptfs-index/%zz~c.json", &p, &s));
+  EXPECT_FALSE(ParseStepIndexKey("run/.ckptfs-index/x~c.json", &p, &s));
+}
+
+}  // namespace
+}  // namespace ckptfs::testing
