@@ -68,6 +68,9 @@ class ClusterHooks {
   virtual void StepPersisted(const std::string& step_path) = 0;
   // a cluster step this node committed waits for other nodes' uploads.
   virtual void AwaitingParts() = 0;
+  // a committed cluster step was removed here (rm, retention): remove it for
+  // the cluster (a tombstone in the step index, then its objects).
+  virtual void StepRemoved(const std::string& step_path) = 0;
 
   // The cluster's part of status.json. Called with FileSystem::mu_ held.
   virtual void AddStatus(nlohmann::json* status) const = 0;

@@ -38,6 +38,12 @@ class ClusterPort {
   virtual Status ApplyClusterStep(const ClusterStepRecord& record) = 0;
   // The cluster's commit object of a committed step is written.
   virtual Status ApplyClusterPersisted(const std::string& step_path) = 0;
+  // Another node removed the step for the cluster: this node drops its copy
+  // (without announcing the removal again).
+  virtual Status RemoveClusterStep(const std::string& step_path) = 0;
+  // Sends the kernel the entry invalidations queued by such removals; call
+  // from a thread that is not serving a FUSE request.
+  virtual void FlushInvalidations() = 0;
 
   // Steps this node committed for the cluster that are not persisted, and
   // the nodes whose uploads they still wait for.

@@ -300,6 +300,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   std::map<std::string, StepView> StepViews() override;
   Status ApplyClusterStep(const ClusterStepRecord& record) override;
   Status ApplyClusterPersisted(const std::string& step_path) override;
+  Status RemoveClusterStep(const std::string& step_path) override;
   std::vector<AwaitedPart> PartsAwaited() override;
   Status NoteRemoteUploads(const std::string& step_path, const PartRecord& part) override;
 
@@ -672,6 +673,13 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
 
   // Cluster mode (filesystem_cluster.cc): set once before serving requests.
   ClusterHooks* cluster_ = nullptr;
+  // Retention acts in cluster mode only where the committing node decides
+  // it (its commit, its persisted step); removals another node announced
+  // are applied without announcing them again.
+  bool retention_by_committer_ GUARDED_BY(mu_) = false;
+  bool applying_cluster_removal_ GUARDED_BY(mu_) = false;
+  // Announces the removal of a committed cluster step (rm, retention).
+  void AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) REQUIRES(mu_);
 };
 
 }  // namespace ckptfs

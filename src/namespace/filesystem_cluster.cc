@@ -409,7 +409,8 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
     if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
   }
   if (tier_) tier_->UploadsQueued();
-  EmitStepEvent("commit", step_ino, rec, "committed by node " + record.committer);
+  events_->Append({{"event", "commit"}, {"path", record.step_path}, {"step", rec.step}, {"state", "committed"},
+                   {"bytes", rec.bytes}, {"files", rec.files}, {"committer", record.committer}});
   return Status::Ok();
 }
 
@@ -424,6 +425,29 @@ Status FileSystem::ApplyClusterPersisted(const std::string& step_path) {
   ManifestBatch batch;
   StepBook::Put(step, it->second, &batch);
   EmitStepEvent("persisted", step, it->second);
+  return Apply(batch, false);
+}
+
+void FileSystem::AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) {
+  if (!cluster_ || applying_cluster_removal_ || rec.committer.empty()) return;
+  if (rec.state != StepState::kCommitted) return;
+  cluster_->StepRemoved(inodes_.PathOf(step_ino));
+}
+
+Status FileSystem::RemoveClusterStep(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  const uint64_t step = ResolveRelative(kRootIno, step_path);
+  auto it = steps_.find(step);
+  // Writing: never committed here. Deleting: this node is removing it itself
+  // (an rm -rf in progress must not find its files gone under it).
+  if (it == steps_.end() || it->second.state == StepState::kWriting || it->second.state == StepState::kDeleting) {
+    return Status::Ok();
+  }
+  if (const StepRuntime* rt = steps_.FindRuntime(step); rt && rt->committing) return Status::Ok();
+  ManifestBatch batch;
+  applying_cluster_removal_ = true;
+  RemoveStepLocked(step, "removed by another node of the cluster", &batch);
+  applying_cluster_removal_ = false;
   return Apply(batch, false);
 }
 
@@ -626,6 +650,15 @@ Status FileSystem::FinishClusterCommitLocked(const CommitPlan& plan) {
   if (st.ok()) {
     it->second = rec;
     StepBook::Put(plan.step_ino, rec, &batch);
+    // The node whose decision won applies the run's retention for the
+    // cluster, in the commit's batch (as a single node does).
+    if (record.committer == cluster_->node()) {
+      if (Inode* step_dir = inodes_.Find(plan.step_ino)) {
+        retention_by_committer_ = true;
+        ApplyRetentionLocked(step_dir->rec.parent, &batch);
+        retention_by_committer_ = false;
+      }
+    }
     st = Apply(batch, /*sync=*/true, /*keep_on_failure=*/false);
     // New inodes and links already changed the image: only a restart, which
     // reloads the manifest, brings back the state before.

@@ -137,9 +137,10 @@ Result<std::vector<StepDecision>> FileSystem::PlanRetentionFor(uint64_t run_ino)
 void FileSystem::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch) {
   Inode* run = inodes_.Find(run_ino);
   if (!run || !run->is_dir()) return;
-  // Cluster mode: retention must be decided once for the cluster and act on
-  // every node; until it does (docs/cluster.md, "Not yet"), it does not act.
-  if (cluster_) return;
+  // Cluster mode: retention is decided once for the cluster, by the node
+  // that commits (or persists) the run's newest step, with the view it just
+  // refreshed; its removals reach the other nodes through the bucket.
+  if (cluster_ && !retention_by_committer_) return;
   for (const StepDecision& d : PlanLocked(run)) {
     if (!d.keep) RemoveStepLocked(d.id, d.reason, batch);
   }
@@ -187,6 +188,7 @@ void FileSystem::RemoveStepLocked(uint64_t step_ino, const std::string& reason, 
   if (!step || rec_it == steps_.end()) return;
   const StepRecord rec = rec_it->second;
   const std::string path = inodes_.PathOf(step_ino);
+  AnnounceClusterRemovalLocked(step_ino, rec);
   const uint64_t run_ino = step->rec.parent;
   const std::string name = step->name;
   RemoveSubtreeLocked(step, batch);

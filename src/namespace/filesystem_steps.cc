@@ -18,6 +18,7 @@ void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
   if (rec.state == StepState::kWriting || rec.state == StepState::kDeleting) return;
   // The remote copy stops being complete now: its commit object goes first.
   UnpersistStepLocked(step, inodes_.PathOf(step), batch);
+  AnnounceClusterRemovalLocked(step, rec);
   rec.state = StepState::kDeleting;
   rec.error.clear();
   StepBook::Put(step, rec, batch);

@@ -485,7 +485,12 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
   if (tier_ && ledger_.AnyRunFileWaits()) tier_->UploadsQueued();
   // The newest persisted step may have been all that kept an older one
   // (SPEC section 5's safety rule): retention looks again, in this batch.
-  if (Inode* dir = inodes_.Find(job.step_ino)) ApplyRetentionLocked(dir->rec.parent, &batch);
+  if (Inode* dir = inodes_.Find(job.step_ino)) {
+    // Only the committer of a cluster step gets here (StepsToPersist).
+    retention_by_committer_ = true;
+    ApplyRetentionLocked(dir->rec.parent, &batch);
+    retention_by_committer_ = false;
+  }
   return Apply(batch, false);
 }
 

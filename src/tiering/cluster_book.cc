@@ -346,9 +346,30 @@ void ClusterBook::MaybeRefresh() {
     s.removed |= state == 'r';
   }
   const auto views = port_->StepViews();
+  std::set<std::string> removing;
+  {
+    MutexLock lock(&mu_);
+    removing = removing_;
+  }
+  bool removed_here = false;
   for (const auto& [step, seen] : steps) {
-    if (seen.removed || !seen.committed) continue;
+    // Removed here, its tombstone not yet written: the index still says
+    // committed, which must not bring the step back.
+    if (removing.count(step)) continue;
     auto view = views.find(step);
+    if (seen.removed) {
+      // A tombstone removes the record it names; a commit of the same name
+      // made after it (another proposal) is a new step.
+      bool removed = !seen.committed ||
+                     ProposalIn(StepIndexKey(step, 'r')) == ProposalIn(StepIndexKey(step, 'c'));
+      if (removed) {
+        if (view != views.end() && view->second.committed && port_->RemoveClusterStep(step).ok()) {
+          removed_here = true;
+        }
+        continue;
+      }
+    }
+    if (!seen.committed) continue;
     bool committed = view != views.end() && view->second.committed;
     if (!committed) {
       counters_.index_gets++;
@@ -374,6 +395,13 @@ void ClusterBook::MaybeRefresh() {
       (void)port_->ApplyClusterPersisted(step);
     }
   }
+  if (removed_here) {
+    // Kernel entries of removed steps are dropped from the book's thread:
+    // this runs inside a FUSE request.
+    MutexLock lock(&mu_);
+    flush_invalidations_ = true;
+    cv_.notify_all();
+  }
 }
 
 // ---- background work ---------------------------------------------------------
@@ -390,6 +418,48 @@ void ClusterBook::StepPersisted(const std::string& step_path) {
   cv_.notify_all();
 }
 
+void ClusterBook::StepRemoved(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  removed_.insert(step_path);
+  removing_.insert(step_path);
+  cv_.notify_all();
+}
+
+std::string ClusterBook::ProposalIn(const std::string& key) {
+  counters_.index_gets++;
+  auto body = store_->GetRange(key, 0, UINT64_MAX);
+  if (!body.ok()) return "";
+  auto doc = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("proposal") || !doc["proposal"].is_string()) return "";
+  return doc["proposal"].get<std::string>();
+}
+
+Status ClusterBook::RemoveFromBucket(const std::string& step_path) {
+  // The tombstone names the record it removes, so a step saved again later
+  // under the same name (a new record, a new proposal) is not hidden by it.
+  const std::string proposal = ProposalIn(StepIndexKey(step_path, 'c'));
+  nlohmann::json tomb = {{"format", "ckptfs-index"}, {"state", "removed"}, {"proposal", proposal}};
+  counters_.index_puts++;
+  CKPTFS_RETURN_IF_ERROR(store_->Put(StepIndexKey(step_path, 'r'), tomb.dump() + "\n"));
+  // Every object of the step: data of every node, parts, the record and the
+  // decision's scratch keys, the commit object. Deleting is idempotent, so
+  // two nodes removing one step at once do no harm.
+  counters_.lists++;
+  auto listed = store_->List(step_path + "/");
+  if (!listed.ok()) return listed.status();
+  std::vector<std::string> keys;
+  for (const auto& obj : *listed) keys.push_back(obj.key);
+  for (size_t i = 0; i < keys.size(); i += 1000) {
+    std::vector<std::string> batch(keys.begin() + i, keys.begin() + std::min(keys.size(), i + 1000));
+    counters_.deletes++;
+    CKPTFS_RETURN_IF_ERROR(store_->Delete(batch));
+  }
+  counters_.deletes++;
+  CKPTFS_RETURN_IF_ERROR(store_->Delete({StepIndexKey(step_path, 'p'), StepIndexKey(step_path, 'c')}));
+  events_->Append({{"event", "cluster_remove"}, {"path", step_path}, {"objects", keys.size()}});
+  return Status::Ok();
+}
+
 void ClusterBook::AwaitingParts() {
   MutexLock lock(&mu_);
   awaiting_ = true;
@@ -397,14 +467,29 @@ void ClusterBook::AwaitingParts() {
 }
 
 bool ClusterBook::Pass() {
-  std::set<std::string> republish, persisted;
+  std::set<std::string> republish, persisted, removed;
   bool awaiting = false;
+  bool flush = false;
   {
     MutexLock lock(&mu_);
     republish.swap(republish_);
     persisted.swap(persisted_);
+    removed.swap(removed_);
     awaiting = awaiting_;
     awaiting_ = false;
+    flush = flush_invalidations_;
+    flush_invalidations_ = false;
+  }
+  if (flush) port_->FlushInvalidations();
+  for (const auto& step : removed) {
+    Status st = RemoveFromBucket(step);
+    if (st.ok()) {
+      MutexLock lock(&mu_);
+      if (!removed_.count(step)) removing_.erase(step);
+    } else {
+      events_->Append({{"event", "error"}, {"kind", "cluster_remove"}, {"path", step}, {"error", st.message()}});
+      StepRemoved(step);  // again on the next pass
+    }
   }
   for (const auto& step : republish) {
     Status st = PublishPart(step);
@@ -441,14 +526,15 @@ void ClusterBook::Loop() {
     const bool still_awaiting = Pass();
     MutexLock lock(&mu_);
     if (stopping_) return;
-    if (!republish_.empty() || !persisted_.empty()) continue;
+    if (!republish_.empty() || !persisted_.empty() || !removed_.empty() || flush_invalidations_) continue;
     // While parts are awaited, poll with a back-off; otherwise sleep until
     // signalled (an idle node makes no requests).
     const int64_t wait = still_awaiting ? poll : 3600LL * 1'000'000'000;
     poll = still_awaiting ? std::min<int64_t>(poll * 2, 5'000'000'000) : 200'000'000;
     lock.WaitFor(*clock_, cv_, wait, [this] {
       mu_.AssertHeld();
-      return stopping_ || !republish_.empty() || !persisted_.empty() || awaiting_;
+      return stopping_ || !republish_.empty() || !persisted_.empty() || !removed_.empty() || flush_invalidations_ ||
+             awaiting_;
     });
   }
 }
@@ -465,7 +551,8 @@ void ClusterBook::AddStatus(nlohmann::json* status) const {
         {"index_puts", counters_.index_puts.load()},
         {"index_gets", counters_.index_gets.load()},
         {"decisions", counters_.decisions.load()},
-        {"refreshes", counters_.refreshes.load()}};
+        {"refreshes", counters_.refreshes.load()},
+        {"deletes", counters_.deletes.load()}};
 }
 
 }  // namespace ckptfs

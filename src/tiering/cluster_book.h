@@ -87,6 +87,7 @@ class ClusterBook : public ClusterHooks {
   void PartUploadsChanged(const std::string& step_path) override;
   void StepPersisted(const std::string& step_path) override;
   void AwaitingParts() override;
+  void StepRemoved(const std::string& step_path) override;
 
   // Requests made to the bucket, by kind (status.json, bench/cluster).
   struct Counters {
@@ -97,6 +98,7 @@ class ClusterBook : public ClusterHooks {
     std::atomic<uint64_t> index_gets{0};
     std::atomic<uint64_t> decisions{0};
     std::atomic<uint64_t> refreshes{0};
+    std::atomic<uint64_t> deletes{0};  // DeleteObjects requests
   };
   const Counters& counters() const { return counters_; }
   void AddStatus(nlohmann::json* status) const override;
@@ -113,6 +115,11 @@ class ClusterBook : public ClusterHooks {
   };
 
   Status PutPart(const std::string& step_path) EXCLUDES(mu_);
+  // The removal of a step for the cluster: a tombstone naming the removed
+  // record's proposal, then every object under the step, then its index entries.
+  Status RemoveFromBucket(const std::string& step_path) EXCLUDES(mu_);
+  // The proposal a step index entry's body names ("" when unreadable).
+  std::string ProposalIn(const std::string& key);
   Result<PartRecord> GetPart(const std::string& step_path, const std::string& node);
   void Loop() EXCLUDES(mu_);
   // The background work; returns true when parts are still awaited.
@@ -134,6 +141,9 @@ class ClusterBook : public ClusterHooks {
   uint64_t last_seq_ GUARDED_BY(mu_) = 0;
   std::set<std::string> republish_ GUARDED_BY(mu_);
   std::set<std::string> persisted_ GUARDED_BY(mu_);
+  std::set<std::string> removed_ GUARDED_BY(mu_);   // to remove from the bucket
+  std::set<std::string> removing_ GUARDED_BY(mu_);  // removed here, until the bucket says so
+  bool flush_invalidations_ GUARDED_BY(mu_) = false;
   bool awaiting_ GUARDED_BY(mu_) = true;  // look once at start: persist duty survives a restart
   bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;

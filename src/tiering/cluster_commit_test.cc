@@ -18,8 +18,8 @@ namespace {
 
 class Node {
  public:
-  Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0)
-      : env_(Options(name)) {
+  Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0, bool uploads = true)
+      : env_(Options(name, uploads)) {
     ClusterBookOptions o;
     o.node = name;
     o.cache_id = "cache-" + name;
@@ -63,9 +63,9 @@ class Node {
   }
 
  private:
-  static FileSystemOptions Options(const std::string& name) {
+  static FileSystemOptions Options(const std::string& name, bool uploads) {
     FileSystemOptions o;
-    o.remote = true;
+    o.remote = uploads;
     o.node = name;
     return o;
   }
@@ -216,6 +216,71 @@ TEST(ClusterCommitTest, StagedFilesArePublishedAsThePartOfTheirStep) {
   EXPECT_EQ(part->staged_as, "step20-tmp");
   ASSERT_EQ(part->files.size(), 1u);
   EXPECT_EQ(part->files[0].path, "y");
+}
+
+TEST(ClusterCommitTest, RemovingACommittedStepRemovesItForTheCluster) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step_a = a.Step("step7");
+  const uint64_t step_b = b.Step("step7");
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  WriteFile(b.fs(), step_b, "y", "BBBB");
+  a.Commit(step_a);
+  ASSERT_TRUE(b.fs().Lookup(step_b, "x").ok());  // b adopted it
+  ASSERT_EQ(b.State(step_b), "committed");
+  // rm -rf on node b (not the committer): the first unlink makes it a removal.
+  auto run_b = b.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_b.ok());
+  ASSERT_TRUE(b.fs().Unlink(step_b, "x").ok());
+  ASSERT_TRUE(b.fs().Unlink(step_b, "y").ok());
+  ASSERT_TRUE(b.fs().Rmdir(run_b->ino, "step7").ok());
+  b.book().RunOnceForTest();
+  auto left = bucket.List("run/step7/");
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty()) << left->size() << " objects left, e.g. " << (*left)[0].key;
+  EXPECT_TRUE(bucket.Head(StepIndexKey("run/step7", 'r')).ok());
+  EXPECT_FALSE(bucket.Head(StepIndexKey("run/step7", 'c')).ok());
+  // Node a drops its copy at its next lookup.
+  auto run_a = a.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_a.ok());
+  EXPECT_EQ(a.fs().Lookup(run_a->ino, "step7").status().err(), ENOENT);
+  // A step saved again under the name is not hidden by the old tombstone.
+  const uint64_t again = a.Step("step7");
+  WriteFile(a.fs(), again, "z", "Z");
+  a.Commit(again);
+  EXPECT_EQ(a.State(again), "committed");
+  auto seen = b.fs().Lookup(run_b->ino, "step7");
+  ASSERT_TRUE(seen.ok()) << seen.status().ToString();
+  EXPECT_EQ(b.State(seen->ino), "committed");
+}
+
+TEST(ClusterCommitTest, RetentionIsDecidedByTheCommitterForEveryNode) {
+  MemoryObjectStore bucket;
+  // Without upload bookkeeping: retention's rule that keeps the newest
+  // persisted step would otherwise keep everything here, where no tier runs.
+  Node a("a", &bucket, 0, /*uploads=*/false);
+  Node b("b", &bucket, 0, /*uploads=*/false);
+  auto run_a = Mkdir(a.fs(), kRootIno, "run");
+  ASSERT_TRUE(a.fs().SetXattr(run_a, "user.ckptfs.keep_last", "1", 0).ok());
+  for (const char* name : {"step1", "step2"}) {
+    const uint64_t sa = a.Step(name);
+    const uint64_t sb = b.Step(name);
+    WriteFile(a.fs(), sa, "x", "AAA");
+    WriteFile(b.fs(), sb, "y", "BBBB");
+    a.Commit(sa);
+    ASSERT_EQ(a.State(sa), "committed") << name;
+  }
+  // Node a kept only step2 and removed step1 for the cluster.
+  EXPECT_EQ(a.fs().Lookup(run_a, "step1").status().err(), ENOENT) << a.env().events.Render();
+  a.book().RunOnceForTest();
+  EXPECT_TRUE(bucket.Head(StepIndexKey("run/step1", 'r')).ok());
+  auto run_b = b.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_b.ok());
+  EXPECT_EQ(b.fs().Lookup(run_b->ino, "step1").status().err(), ENOENT);
+  auto step2 = b.fs().Lookup(run_b->ino, "step2");
+  ASSERT_TRUE(step2.ok());
+  EXPECT_EQ(b.State(step2->ino), "committed");
 }
 
 TEST(ClusterCommitTest, StepIndexKeysRoundTrip) {
