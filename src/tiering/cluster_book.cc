@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <random>
+#include <optional>
+#include <thread>
 
 #include "common/crc32c.h"
+#include "common/random_hex.h"
 #include "manifest/records.h"
 
 namespace ckptfs {
@@ -45,13 +47,8 @@ bool UnescapeStepPath(const std::string& in, std::string* out) {
   return !out->empty();
 }
 
-std::string RandomHex(size_t n) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; i++) out.push_back(digits[rng() % 16]);
-  return out;
-}
+// Part records read at once by a gathering commit.
+constexpr size_t kGatherParallel = 32;
 
 // The body of a persisted index entry: the same bytes whoever writes it.
 constexpr const char* kPersistedBody = "{\"format\":\"ckptfs-index\",\"state\":\"persisted\"}\n";
@@ -210,14 +207,29 @@ Result<std::vector<PartRecord>> ClusterBook::GatherParts(const std::string& step
   counters_.lists++;
   auto listed = store_->List(step_path + "/" + kPartRecordDir);
   if (!listed.ok()) return unreachable(listed.status(), "listing the parts of " + step_path);
-  std::vector<PartRecord> out;
+  std::vector<std::string> nodes;
   for (const auto& obj : *listed) {
     std::string step, node;
     if (!ParsePartRecordKey(obj.key, &step, &node) || step != step_path) {
-      return Status::Error(EIO, "unexpected key " + obj.key + " among the part records of " + step_path);
+      return Status::Error(EIO, "malformed part record key " + obj.key + " among the parts of " + step_path);
     }
-    if (node == options_.node) continue;
-    auto part = GetPart(step_path, node);
+    if (node != options_.node) nodes.push_back(node);
+  }
+  // The parts are read in parallel: at 1,000 nodes one after another would
+  // take 1,000 round trips (docs/cluster.md, request costs).
+  std::vector<std::optional<Result<PartRecord>>> got(nodes.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < nodes.size(); i = next++) got[i] = GetPart(step_path, nodes[i]);
+  };
+  std::vector<std::thread> pool;
+  const size_t threads = std::min<size_t>(nodes.size(), kGatherParallel);
+  for (size_t t = 1; t < threads; t++) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  std::vector<PartRecord> out;
+  for (size_t i = 0; i < nodes.size(); i++) {
+    Result<PartRecord>& part = *got[i];
     if (!part.ok()) {
       // Deleted between the LIST and the GET: not a part any more.
       if (part.status().err() == ENOENT) continue;
@@ -226,7 +238,7 @@ Result<std::vector<PartRecord>> ClusterBook::GatherParts(const std::string& step
                          {"error", part.status().message()}});
         return part.status();
       }
-      return unreachable(part.status(), "reading the part of node " + node);
+      return unreachable(part.status(), "reading the part of node " + nodes[i]);
     }
     out.push_back(std::move(part).value());
   }
@@ -282,7 +294,9 @@ Result<std::string> ClusterBook::ReadPartFile(const std::string& step_path, cons
 
 Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& proposal) {
   ClusterStepRecord mine = proposal;
-  const std::string nonce = RandomHex(16);
+  auto random = RandomHex(8);
+  if (!random.ok()) return random.status();
+  const std::string nonce = *random;
   mine.proposal = options_.node + "~" + nonce;
   mine.committer = options_.node;
   if (Status valid = ValidateClusterStepRecord(mine); !valid.ok()) {
