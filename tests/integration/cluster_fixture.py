@@ -23,11 +23,13 @@ The conftest watchdog kills the daemons of a test that runs past its limit.
 """
 import contextlib
 import os
+import signal
 import sys
 
 import pytest
 
-from ckptfs_testlib import CkptfsMount, mounted_in_proc
+from ckptfs_testlib import (CkptfsMount, _pid_alive, _wait_pid_gone, force_unmount,
+                            mounted_in_proc)
 from s3rver_fixture import ACCESS_KEY, SECRET_KEY, S3rver, s3rver_available
 
 REFRESH_S = 0.2
@@ -59,6 +61,27 @@ class Cluster:
         for name in NODE_NAMES[:n]:
             self.add(name, *extra)
         return self
+
+    def kill9(self, name, then=None):
+        """SIGKILLs node `name`'s daemon (a node that dies), calls then() (say, to kill the
+        trainer that held files open there: after the daemon, so that no release reaches
+        it), then cleans up the dead FUSE mount (fusermount3 -u, else a lazy unmount).
+        The cache is kept for restart()."""
+        m = self.nodes[name]
+        pid = m.pid
+        assert pid and _pid_alive(pid), f"node {name}: daemon is not running"
+        os.kill(pid, signal.SIGKILL)
+        assert _wait_pid_gone(pid, 20), f"node {name}: daemon {pid} survived SIGKILL"
+        m.pid = None
+        if then is not None:
+            then()
+        assert force_unmount(m.mnt), f"node {name}: cannot clean up the dead mount {m.mnt}"
+
+    def restart(self, name):
+        """Mounts node `name` again on the same cache with the same options (--node name)."""
+        m = self.nodes[name]
+        m.history.append(f"---- node {name} restarted ----")
+        return m.restart()
 
     def __getitem__(self, name):
         return self.nodes[name]

@@ -99,6 +99,14 @@ class S3rver:
         out = json.loads(r.stdout or "{}")
         return sorted(o["Key"] for o in out.get("Contents", []))
 
+    def put(self, key, data):
+        """PUTs `data` (bytes) at s3://bucket/key with awscli, as another writer would."""
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(data)
+            f.flush()
+            self.aws("s3api", "put-object", "--bucket", self.bucket, "--key", key,
+                     "--body", f.name)
+
     def get(self, key):
         with tempfile.NamedTemporaryFile() as f:
             self.aws("s3", "cp", f"s3://{self.bucket}/{key}", f.name, "--quiet")
