@@ -47,6 +47,10 @@ bool UnescapeStepPath(const std::string& in, std::string* out) {
   return !out->empty();
 }
 
+// How long a lookup waits for a refresh of the cluster's view before it
+// answers from the view it has.
+constexpr int64_t kRefreshWaitNs = 1'000'000'000;
+
 // Part records read at once by a gathering commit.
 constexpr size_t kGatherParallel = 32;
 
@@ -81,6 +85,10 @@ ClusterBook::ClusterBook(ClusterPort* port, ObjectStore* store, EventLog* events
 ClusterBook::~ClusterBook() { Stop(); }
 
 void ClusterBook::Start() {
+  {
+    MutexLock lock(&mu_);
+    thread_running_ = true;
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -327,7 +335,34 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
 void ClusterBook::MaybeRefresh() {
   const int64_t start = Now();
   if (ever_refreshed_ && start - refreshed_at_ < options_.refresh_ns) return;
+  // After a failed refresh, lookups use the view they have until the back-off ends.
+  if (start < retry_refresh_at_) return;
   const uint64_t seen = refresh_generation_.load();
+  {
+    MutexLock lock(&mu_);
+    if (thread_running_) {
+      // The book's thread refreshes; a lookup waits for it only so long, so a
+      // bucket that does not answer never holds the mount up (it serves the
+      // view it has, which is at most that much older).
+      // Every lookup during one refresh waits until the same deadline.
+      if (!refresh_requested_ && !refresh_running_) {
+        refresh_requested_ = true;
+        refresh_wait_until_ = start + kRefreshWaitNs;
+        cv_.notify_all();
+      }
+      const int64_t left = refresh_wait_until_ - Now();
+      if (left <= 0) return;
+      lock.WaitFor(*clock_, cv_, left, [this, seen] {
+        mu_.AssertHeld();
+        return stopping_ || refresh_generation_.load() != seen;
+      });
+      return;
+    }
+  }
+  RefreshNow(seen);
+}
+
+void ClusterBook::RefreshNow(uint64_t seen) {
   MutexLock serial(&refresh_mu_);
   // Another caller refreshed while this one waited: its view is fresh.
   if (refresh_generation_.load() != seen) return;
@@ -337,15 +372,26 @@ void ClusterBook::MaybeRefresh() {
   auto listed = store_->List(kStepIndexDir);
   refreshed_at_ = began;
   ever_refreshed_ = true;
-  refresh_generation_++;
+  auto done = [this] {
+    MutexLock lock(&mu_);
+    refresh_generation_++;
+    cv_.notify_all();
+  };
   if (!listed.ok()) {
     // Lookups go on with the view they have; the event says why it is old.
+    // Back off (1 s doubling to 30 s) so an outage costs lookups nothing.
+    refresh_backoff_ns_ = std::min<int64_t>(std::max<int64_t>(refresh_backoff_ns_ * 2, 1'000'000'000),
+                                            30'000'000'000);
+    retry_refresh_at_ = Now() + refresh_backoff_ns_;
     if (refresh_errors_++ % 60 == 0) {
       events_->Append({{"event", "error"}, {"kind", "cluster_refresh"},
                        {"error", listed.status().message()}});
     }
+    done();
     return;
   }
+  refresh_backoff_ns_ = 0;
+  retry_refresh_at_ = 0;
   struct Seen {
     bool committed = false, persisted = false, removed = false;
   };
@@ -410,12 +456,13 @@ void ClusterBook::MaybeRefresh() {
     }
   }
   if (removed_here) {
-    // Kernel entries of removed steps are dropped from the book's thread:
-    // this runs inside a FUSE request.
+    // Kernel entries of removed steps are dropped from the book's thread,
+    // never inside a FUSE request.
     MutexLock lock(&mu_);
     flush_invalidations_ = true;
     cv_.notify_all();
   }
+  done();
 }
 
 // ---- background work ---------------------------------------------------------
@@ -484,14 +531,25 @@ bool ClusterBook::Pass() {
   std::set<std::string> republish, persisted, removed;
   bool awaiting = false;
   bool flush = false;
+  bool refresh = false;
   {
     MutexLock lock(&mu_);
+    refresh = refresh_requested_;
+    refresh_requested_ = false;
+    refresh_running_ = refresh;
     republish.swap(republish_);
     persisted.swap(persisted_);
     removed.swap(removed_);
     awaiting = awaiting_;
     awaiting_ = false;
     flush = flush_invalidations_;
+    flush_invalidations_ = false;
+  }
+  if (refresh) RefreshNow(refresh_generation_.load());
+  {
+    MutexLock lock(&mu_);
+    refresh_running_ = false;
+    flush = flush || flush_invalidations_;
     flush_invalidations_ = false;
   }
   if (flush) port_->FlushInvalidations();
@@ -540,7 +598,10 @@ void ClusterBook::Loop() {
     const bool still_awaiting = Pass();
     MutexLock lock(&mu_);
     if (stopping_) return;
-    if (!republish_.empty() || !persisted_.empty() || !removed_.empty() || flush_invalidations_) continue;
+    if (!republish_.empty() || !persisted_.empty() || !removed_.empty() || flush_invalidations_ ||
+        refresh_requested_) {
+      continue;
+    }
     // While parts are awaited, poll with a back-off; otherwise sleep until
     // signalled (an idle node makes no requests).
     const int64_t wait = still_awaiting ? poll : 3600LL * 1'000'000'000;
@@ -548,7 +609,7 @@ void ClusterBook::Loop() {
     lock.WaitFor(*clock_, cv_, wait, [this] {
       mu_.AssertHeld();
       return stopping_ || !republish_.empty() || !persisted_.empty() || !removed_.empty() || flush_invalidations_ ||
-             awaiting_;
+             refresh_requested_ || awaiting_;
     });
   }
 }

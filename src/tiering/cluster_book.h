@@ -115,6 +115,9 @@ class ClusterBook : public ClusterHooks {
   };
 
   Status PutPart(const std::string& step_path) EXCLUDES(mu_);
+  // One refresh (LIST of the index, then applying it), unless another one
+  // ran since the caller read generation `seen`.
+  void RefreshNow(uint64_t seen) EXCLUDES(mu_);
   // The removal of a step for the cluster: a tombstone naming the removed
   // record's proposal, then every object under the step, then its index entries.
   Status RemoveFromBucket(const std::string& step_path) EXCLUDES(mu_);
@@ -146,6 +149,10 @@ class ClusterBook : public ClusterHooks {
   bool flush_invalidations_ GUARDED_BY(mu_) = false;
   bool awaiting_ GUARDED_BY(mu_) = true;  // look once at start: persist duty survives a restart
   bool stopping_ GUARDED_BY(mu_) = false;
+  bool thread_running_ GUARDED_BY(mu_) = false;
+  bool refresh_requested_ GUARDED_BY(mu_) = false;
+  bool refresh_running_ GUARDED_BY(mu_) = false;
+  int64_t refresh_wait_until_ GUARDED_BY(mu_) = 0;  // lookups wait for the refresh until then
   std::thread thread_;
 
   // One refresh at a time; callers that waited for it use its result.
@@ -154,6 +161,8 @@ class ClusterBook : public ClusterHooks {
   std::atomic<bool> ever_refreshed_{false};
   std::atomic<uint64_t> refresh_generation_{0};  // refreshes begun after a caller looked
   std::atomic<uint64_t> refresh_errors_{0};
+  std::atomic<int64_t> retry_refresh_at_{0};  // after a failed refresh: none before this
+  int64_t refresh_backoff_ns_ = 0;              // refresh_mu_ held
 };
 
 }  // namespace ckptfs

@@ -471,3 +471,59 @@ def test_reads_of_a_gone_nodes_files_come_from_the_remote(cluster):
         assert read_file(a.path("run/step40", rel)) == data, f"{rel} read on node a"
     assert_same_files("a", a, "run/step40", Want.of_files(union(by_node)))
     assert a.state("run/step40") == "committed"
+
+
+# ----------------------------------------------------------------------------- removal and retention
+
+def bucket_keys(c, prefix):
+    return c.server.keys(f"{c.prefix}/{prefix}")
+
+
+def wait_gone_everywhere(c, rel, timeout=VISIBLE_S):
+    for name, m in c.nodes.items():
+        poll(lambda: (not os.path.lexists(m.path(rel)), m.path(rel)), timeout, f"{rel} gone on node {name}")
+
+
+@pytest.mark.timeout_s(240)
+def test_rm_on_one_node_removes_the_step_everywhere_and_from_the_bucket(cluster):
+    c = cluster(2)
+    by_node = split_plain_step()
+    write_split(c, "run/step50", by_node)
+    os.setxattr(c["a"].path("run/step50"), "user.ckptfs.commit", b"1")
+    want = Want.of_files(union(by_node))
+    assert_committed_everywhere(c, "run/step50", want)
+    wait_persisted_everywhere(c, "run/step50")
+    shutil.rmtree(c["b"].path("run/step50"))       # node b is not the committer
+    wait_gone_everywhere(c, "run/step50")
+    poll(lambda: (not bucket_keys(c, "run/step50/"), bucket_keys(c, "run/step50/")), PERSIST_S,
+         "no object left under run/step50/")
+    index = bucket_keys(c, ".ckptfs-index/")
+    assert any(k.endswith("step50~r.json") for k in index), index
+    assert not any(k.endswith("step50~c.json") for k in index), index
+    # the name saved again is a new step, not hidden by the tombstone
+    by_node = {"a": {"again.bin": payload(MiB, 9)}, "b": {"again_b.bin": payload(MiB, 10)}}
+    write_split(c, "run/step50", by_node)
+    r = c["a"].commit("run/step50")
+    assert r.returncode == 0, r.stderr
+    assert_committed_everywhere(c, "run/step50", Want.of_files(union(by_node)))
+
+
+@pytest.mark.timeout_s(240)
+def test_retention_is_decided_once_and_acts_on_every_node(cluster):
+    c = cluster(2)
+    for name in c.nodes:
+        os.makedirs(c[name].path("run"), exist_ok=True)
+    os.setxattr(c["a"].path("run"), "user.ckptfs.keep_last", b"1")
+    for step in ("step1", "step2"):
+        by_node = {"a": {"a.bin": payload(MiB, 1)}, "b": {"b.bin": payload(MiB, 2)}}
+        write_split(c, f"run/{step}", by_node)
+        r = c["a"].commit(f"run/{step}")
+        assert r.returncode == 0, r.stderr
+        assert_committed_everywhere(c, f"run/{step}", Want.of_files(union(by_node)))
+    # keep_last 1 with a remote: step1 goes once step2 is persisted
+    wait_persisted_everywhere(c, "run/step2")
+    wait_gone_everywhere(c, "run/step1", timeout=PERSIST_S)
+    poll(lambda: (not bucket_keys(c, "run/step1/"), bucket_keys(c, "run/step1/")), PERSIST_S,
+         "no object left under run/step1/")
+    for name, m in c.nodes.items():
+        assert m.state("run/step2") == "committed", name

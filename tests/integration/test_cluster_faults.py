@@ -308,11 +308,6 @@ def test_s3rver_stopped_during_a_commit(cluster, dcp4):
     tc.assert_committed_everywhere(c, "run/step6", tc.Want.of_dir(dcp4))
 
 
-@pytest.mark.xfail(strict=True, reason="daemon: with the bucket down, every lookup, getxattr or "
-                   "status read on a node whose view is older than --refresh runs the index LIST "
-                   "through the S3 client's full retry cycle (8 attempts, ~8 s) before answering "
-                   "with the old view, and the failed refresh counts from when it began, so the "
-                   "next operation pays again")
 @pytest.mark.timeout_s(120)
 def test_lookups_answer_promptly_while_the_bucket_is_down(cluster):
     c = cluster(2)
