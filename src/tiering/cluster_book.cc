@@ -575,10 +575,16 @@ bool ClusterBook::Pass() {
     Status st = store_->Put(StepIndexKey(step, 'p'), kPersistedBody);
     if (!st.ok()) StepPersisted(step);
   }
-  // The committing node's persist duty: other nodes' uploads it waits for.
+  // The committing node's persist duty: other nodes' uploads it waits for,
+  // polled on its own back-off, not on every wake-up (refreshes, signals).
+  if (!awaiting && Now() < next_parts_poll_) return true;
   const auto awaited = port_->PartsAwaited();
-  if (awaited.empty()) return false;
-  (void)awaiting;
+  if (awaited.empty()) {
+    parts_poll_ns_ = 0;
+    return false;
+  }
+  parts_poll_ns_ = std::min<int64_t>(std::max<int64_t>(parts_poll_ns_ * 2, 200'000'000), 5'000'000'000);
+  next_parts_poll_ = Now() + parts_poll_ns_;
   for (const auto& a : awaited) {
     auto part = GetPart(a.step_path, a.owner);
     if (part.ok()) (void)port_->NoteRemoteUploads(a.step_path, *part);
@@ -589,7 +595,6 @@ bool ClusterBook::Pass() {
 void ClusterBook::RunOnceForTest() { (void)Pass(); }
 
 void ClusterBook::Loop() {
-  int64_t poll = 200'000'000;
   for (;;) {
     {
       MutexLock lock(&mu_);
@@ -604,8 +609,8 @@ void ClusterBook::Loop() {
     }
     // While parts are awaited, poll with a back-off; otherwise sleep until
     // signalled (an idle node makes no requests).
-    const int64_t wait = still_awaiting ? poll : 3600LL * 1'000'000'000;
-    poll = still_awaiting ? std::min<int64_t>(poll * 2, 5'000'000'000) : 200'000'000;
+    const int64_t wait = still_awaiting ? std::max<int64_t>(next_parts_poll_ - Now(), 1'000'000)
+                                        : 3600LL * 1'000'000'000;
     lock.WaitFor(*clock_, cv_, wait, [this] {
       mu_.AssertHeld();
       return stopping_ || !republish_.empty() || !persisted_.empty() || !removed_.empty() || flush_invalidations_ ||

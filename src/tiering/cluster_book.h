@@ -148,6 +148,10 @@ class ClusterBook : public ClusterHooks {
   std::set<std::string> removing_ GUARDED_BY(mu_);  // removed here, until the bucket says so
   bool flush_invalidations_ GUARDED_BY(mu_) = false;
   bool awaiting_ GUARDED_BY(mu_) = true;  // look once at start: persist duty survives a restart
+  // The persist duty's polls of other nodes' parts (the book's thread only):
+  // 200 ms doubling to 5 s while parts are awaited.
+  int64_t parts_poll_ns_ = 0;
+  int64_t next_parts_poll_ = 0;
   bool stopping_ GUARDED_BY(mu_) = false;
   bool thread_running_ GUARDED_BY(mu_) = false;
   bool refresh_requested_ GUARDED_BY(mu_) = false;
