@@ -583,7 +583,7 @@ bool ClusterBook::Pass() {
     parts_poll_ns_ = 0;
     return false;
   }
-  parts_poll_ns_ = std::min<int64_t>(std::max<int64_t>(parts_poll_ns_ * 2, 200'000'000), 5'000'000'000);
+  parts_poll_ns_ = std::min<int64_t>(std::max<int64_t>(parts_poll_ns_ * 2, 200'000'000), 1'000'000'000);
   next_parts_poll_ = Now() + parts_poll_ns_;
   for (const auto& a : awaited) {
     auto part = GetPart(a.step_path, a.owner);
