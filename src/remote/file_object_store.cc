@@ -1,9 +1,10 @@
 // The file:// object store; see file_object_store.h.
 #include "remote/file_object_store.h"
 
+#include "common/random_hex.h"
+
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,26 +45,6 @@ class FdCloser {
   int fd_;
 };
 
-Result<std::string> RandomHex(size_t n) {
-  unsigned char bytes[kIdBytes];
-  if (n > sizeof(bytes)) return Status::Error(EINVAL, "RandomHex: too many bytes");
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::getrandom(bytes + got, n - got, 0);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno("getrandom");
-    }
-    got += static_cast<size_t>(r);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; i++) {
-    out += kHex[bytes[i] >> 4];
-    out += kHex[bytes[i] & 0xf];
-  }
-  return out;
-}
 
 bool IsUploadId(const std::string& id) {
   return id.size() == 2 * kIdBytes && std::all_of(id.begin(), id.end(), [](char c) {

@@ -38,21 +38,8 @@ VISIBLE_S = 10
 PERSIST_S = 60
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _needs():
-    if not s3rver_available():
-        if os.environ.get("CI"):
-            pytest.fail("s3rver is not installed (packaging/install-deps.sh installs it)")
-        pytest.skip("s3rver is not installed: the cluster tests need it (packaging/install-deps.sh)")
-    if not torch_available():
-        pytest.skip(f"torch is not importable by {PYTHON}: these tests use a real DCP .metadata "
-                    "(apt install python3-torch)")
-
-
-@pytest.fixture
-def cluster(request, ckptfs_bin, monkeypatch):
-    with cluster_fixture.clusters(request, monkeypatch) as make:
-        yield make
+# The same skips and fixture as the cluster tests (s3rver, torch for a real DCP .metadata).
+from test_cluster import _needs, cluster  # noqa: E402,F401  (pytest fixtures)
 
 
 @pytest.fixture(scope="module")
