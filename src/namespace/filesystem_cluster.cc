@@ -507,10 +507,11 @@ Status FileSystem::NoteRemoteUploads(const std::string& step_path, const PartRec
 }
 
 Status FileSystem::AwaitOwnerUpload(FileHandle* fh) {
+  // Single-node mounts read remote data on this path too: no extra lock there.
+  if (!cluster_) return Status::Ok();
   std::string step_path, rel, owner;
   {
     MutexLock lock(&mu_);
-    if (!cluster_) return Status::Ok();
     Inode* inode = inodes_.Find(fh->ino);
     if (!inode || !inode->object || inode->object->owner_node.empty() || inode->object->crc_known) {
       return Status::Ok();
