@@ -71,7 +71,25 @@ std::string FileSystem::ClusterStepOfLocked(uint64_t ino) {
       it->second.state == StepState::kDeleting) {
     return "";
   }
+  // Callers publish this node's part of the step: its uploads now wait for
+  // the commit (ClusterCommitPendingSinceNs).
+  if (it->second.state == StepState::kWriting) cluster_published_[step] = clock_->MonotonicNanos();
   return inodes_.PathOf(step);
+}
+
+int64_t FileSystem::ClusterCommitPendingSinceNs() {
+  MutexLock lock(&mu_);
+  int64_t newest = 0;
+  for (auto it = cluster_published_.begin(); it != cluster_published_.end();) {
+    auto step = steps_.find(it->first);
+    if (step == steps_.end() || step->second.state != StepState::kWriting) {
+      it = cluster_published_.erase(it);  // committed, given up on or removed
+      continue;
+    }
+    newest = std::max(newest, it->second);
+    ++it;
+  }
+  return newest;
 }
 
 Status FileSystem::PublishPartOf(const std::string& step_path) {

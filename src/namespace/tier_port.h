@@ -142,6 +142,11 @@ class TierPort {
   // (monotonic ns): a trainer between two files is still saving.
   virtual int OpenWriters() const = 0;
   virtual int64_t LastSaveActivityNs() const = 0;
+  // Cluster mode: when this node last published its part of a step that is
+  // still being committed (monotonic ns; 0 = none). Uploads wait for the
+  // commit, for a bounded time, so that the commit's small requests do not
+  // queue behind this node's data in the same bucket.
+  virtual int64_t ClusterCommitPendingSinceNs() { return 0; }
 };
 
 }  // namespace ckptfs

@@ -119,6 +119,25 @@ TEST(ClusterCommitTest, OneNodesCommitCoversTheUnionAndTheOtherAdoptsIt) {
   EXPECT_FALSE(w.ok()) << "a committed file opened for writing";
 }
 
+TEST(ClusterCommitTest, UploadsOfAPublishedPartWaitForTheCommit) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step_a = a.Step("step1");
+  const uint64_t step_b = b.Step("step1");
+  EXPECT_EQ(b.fs().ClusterCommitPendingSinceNs(), 0);
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  WriteFile(b.fs(), step_b, "y", "BBBB");
+  // Each node published its part: its uploads hold back (RemoteTier's
+  // commit_hold) so that the commit's requests do not queue behind them.
+  EXPECT_NE(a.fs().ClusterCommitPendingSinceNs(), 0);
+  EXPECT_NE(b.fs().ClusterCommitPendingSinceNs(), 0);
+  a.Commit(step_a);
+  EXPECT_EQ(a.fs().ClusterCommitPendingSinceNs(), 0);
+  EXPECT_EQ(b.State(step_b), "committed");  // b's view refreshes here
+  EXPECT_EQ(b.fs().ClusterCommitPendingSinceNs(), 0);
+}
+
 TEST(ClusterCommitTest, ANodeWithoutTheStepSeesItAfterTheCommit) {
   MemoryObjectStore bucket;
   Node a("a", &bucket);

@@ -70,10 +70,14 @@ size_t RemoteTier::UploadsAllowedNow() {
   // The trainer's save comes first (SPEC section 4: saves at local-disk
   // speed): while files in steps are being written, and for a short quiet
   // period after the last one closed (a trainer between two files is still
-  // saving), no new upload starts. A save that goes on for longer than
-  // save_grace gets one upload stream, so uploads are never starved.
+  // saving), no new upload starts; in cluster mode, nor while a step this
+  // node published a part of is being committed (up to commit_hold). A save
+  // that goes on for longer than save_grace gets one upload stream, so
+  // uploads are never starved.
   const int64_t now = clock_->MonotonicNanos();
-  const bool saving = ns_->OpenWriters() > 0 || now - ns_->LastSaveActivityNs() < options_.save_quiet_ns;
+  const int64_t published = ns_->ClusterCommitPendingSinceNs();
+  const bool saving = ns_->OpenWriters() > 0 || now - ns_->LastSaveActivityNs() < options_.save_quiet_ns ||
+                      (published != 0 && now - published < options_.commit_hold_ns);
   MutexLock lock(&mu_);
   if (!saving) {
     saving_since_ = 0;
