@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/cluster_identity.h"
+#include "cli/passthrough_setup.h"
 #include "common/boot_id.h"
 #include "common/process_session.h"
 #include "fastpath/fast_path_server.h"
@@ -147,6 +148,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
     return Status::Error(EIO, "mounting " + options.mountpoint + " failed (see the message above)");
   }
   d->mounted_ = true;
+  auto passthrough = SetUpPassthrough(d->session_, options, d->fs_.get(), d->events_.get());
+  if (!passthrough.ok()) return passthrough.status();
+  d->passthrough_ = std::move(passthrough).value();
   // Steps the daemon prunes by itself must vanish from the kernel's dentry
   // cache. Called from the coordinator's thread, never inside a request.
   fuse_session* se = d->session_;
@@ -227,6 +231,7 @@ Daemon::~Daemon() {
     events_->Append({{"event", "unmount"}, {"mountpoint", options_.mountpoint}});
     fs_.reset();
   }
+  passthrough_.reset();  // after the session: its I/O went through the channel
 }
 
 }  // namespace ckptfs

@@ -10,6 +10,7 @@
 #include "cli/mount_options.h"
 #include "common/clock.h"
 #include "control/event_log.h"
+#include "fuse/passthrough_channel.h"
 #include "lifecycle/commit_coordinator.h"
 #include "namespace/filesystem.h"
 #include "tiering/cluster_book.h"
@@ -44,6 +45,7 @@ class Daemon {
   std::unique_ptr<RemoteTier> tier_;  // with --remote
   std::unique_ptr<ClusterBook> cluster_;  // with --node
   std::unique_ptr<FastPathServer> fast_path_;  // unless --writer-socket none
+  std::unique_ptr<PassthroughChannel> passthrough_;  // unless --passthrough off
   // With --node: this node's place in the cluster, as joined at mount.
   std::optional<ClusterMembership> membership_;
   fuse_session* session_ = nullptr;

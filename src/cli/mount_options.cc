@@ -71,6 +71,10 @@ const char* const kMountUsage =
     "  --refresh SECONDS      how old a run directory's view of the other nodes' steps may\n"
     "                         get before a lookup reads the remote again (default 1)\n"
     "\n"
+    "kernel passthrough (reads and writes of local files bypass the daemon; Linux 6.9+):\n"
+    "  --passthrough auto|on|off  auto (default): used when the kernel offers it and the\n"
+    "                         daemon has CAP_SYS_ADMIN; on: the mount fails otherwise\n"
+    "\n"
     "writer library (libckptfs-writer writes backing files directly, bypassing FUSE):\n"
     "  --writer-socket PATH|none  its Unix socket (default CACHE/writer.sock); none turns\n"
     "                         the fast path off (the library then writes through FUSE)\n"
@@ -192,11 +196,23 @@ Result<MetadataReserveSpec> ParseMetadataReserve(const std::string& text) {
   return MetadataReserveSpec{*bytes, 0};
 }
 
+const char* PassthroughName(MountOptions::Passthrough p) {
+  switch (p) {
+    case MountOptions::Passthrough::kOn:
+      return "on";
+    case MountOptions::Passthrough::kOff:
+      return "off";
+    case MountOptions::Passthrough::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kWriterIdleTimeout, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
     kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
-    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve, kNode, kRefresh,
+    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve, kNode, kRefresh, kPassthrough,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -230,6 +246,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"nonempty", no_argument, nullptr, kNonEmpty},
       {"node", required_argument, nullptr, kNode},
       {"refresh", required_argument, nullptr, kRefresh},
+      {"passthrough", required_argument, nullptr, kPassthrough},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -393,6 +410,19 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         }
         o.fs.refresh_ns = static_cast<int64_t>(*s * 1e9);
         refresh_given = true;
+        break;
+      }
+      case kPassthrough: {
+        const std::string v = optarg;
+        if (v == "auto") {
+          o.passthrough = MountOptions::Passthrough::kAuto;
+        } else if (v == "on") {
+          o.passthrough = MountOptions::Passthrough::kOn;
+        } else if (v == "off") {
+          o.passthrough = MountOptions::Passthrough::kOff;
+        } else {
+          return Status::Error(EINVAL, "--passthrough takes auto, on or off, not '" + v + "'");
+        }
         break;
       }
       case 'h':

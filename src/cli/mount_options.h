@@ -40,7 +40,14 @@ struct MountOptions {
   double writer_idle_timeout_s = 30;
   // Events at or above this level also go to stderr (--log-level).
   LogLevel log_level = LogLevel::kInfo;
+  // Kernel FUSE passthrough (--passthrough): kAuto uses it when the kernel
+  // offers it and the daemon may register backing files; kOn fails the
+  // mount otherwise.
+  enum class Passthrough { kAuto, kOn, kOff };
+  Passthrough passthrough = Passthrough::kAuto;
 };
+
+const char* PassthroughName(MountOptions::Passthrough p);
 
 // "100G", "512MiB", "1.5T", "4096": binary units (K = 1024).
 Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text);

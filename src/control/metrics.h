@@ -58,6 +58,9 @@ struct FsMetrics {
   // Files and bytes written by writer-library clients around FUSE.
   std::atomic<uint64_t> writer_fastpath_bytes{0};
   std::atomic<uint64_t> writer_fastpath_files{0};
+  // Opens served by kernel passthrough: their reads and writes are in no
+  // fuse_bytes counter.
+  std::atomic<uint64_t> passthrough_opens{0};
   // Commit latency: from the coordinator taking the step to the synced batch.
   Histogram commit_seconds{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60}};
 };

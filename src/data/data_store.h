@@ -38,6 +38,7 @@ class BackingFile {
     uint64_t inode = 0;
     uint64_t size = 0;
     int64_t ctime_ns = 0;
+    int64_t mtime_ns = 0;
     bool operator==(const Identity&) const = default;
   };
   virtual Result<Identity> Stat() { return Status::Error(ENOTSUP, "backing file identity"); }

@@ -121,7 +121,8 @@ Result<BackingFile::Identity> PosixBackingFile::Stat() {
   struct stat st{};
   if (::fstat(fd_, &st) != 0) return Status::FromErrno("fstat " + path_);
   return Identity{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-                  static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
+                  static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec,
+                  static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
 Result<std::unique_ptr<PosixDataStore>> PosixDataStore::OpenDir(const std::string& dir,

@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "fuse/passthrough_channel.h"
 #include "namespace/file_handle.h"
 #include "namespace/filesystem.h"
 
@@ -156,6 +157,7 @@ void ReplyOpen(fuse_req_t req, fuse_file_info* fi, const FileSystem::Opened& o) 
   fi->fh = reinterpret_cast<uint64_t>(o.fh);
   fi->keep_cache = o.keep_cache;
   fi->direct_io = o.direct_io;
+  if (o.backing_id >= 0) PassthroughChannel::SetReplyBackingId(o.backing_id);
   if (fuse_reply_open(req, fi) == -ENOENT) {
     // The opener was interrupted: nobody will release this handle.
     (void)Fs(req)->Release(o.fh);
@@ -189,6 +191,7 @@ void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   if (!r.ok()) return ReplyError(req, r.status());
   fi->fh = reinterpret_cast<uint64_t>(r->second.fh);
   fuse_entry_param p = ToEntry(r->first);
+  if (r->second.backing_id >= 0) PassthroughChannel::SetReplyBackingId(r->second.backing_id);
   if (fuse_reply_create(req, &p, fi) == -ENOENT) {
     (void)Fs(req)->Release(r->second.fh);
     Fs(req)->Forget(p.ino, 1);

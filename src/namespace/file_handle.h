@@ -22,6 +22,9 @@ class FileHandle {
   // Writable handles: a close() of it was answered (FLUSH) and nothing was
   // written through it since. GUARDED_BY(FileSystem::mu_).
   bool flushed = false;
+  // Opened with a kernel passthrough backing id: reads and writes go to the
+  // backing file without the daemon (filesystem_passthrough.cc).
+  bool passthrough = false;
   std::unique_ptr<BackingFile> file;  // regular files
   std::string content;                // control files: a snapshot taken at open
   // Set when the file's data was not resident at open: reads fetch missing

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "namespace/access_check.h"
+#include "namespace/backing_registry.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/status.h"
@@ -303,6 +304,17 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   Status RemoveClusterStep(const std::string& step_path) override;
   std::vector<AwaitedPart> PartsAwaited() override;
   Status NoteRemoteUploads(const std::string& step_path, const PartRecord& part) override;
+
+  // --- kernel passthrough (filesystem_passthrough.cc). Set once, before
+  // requests are served: with `active`, opens of resident regular files get
+  // a backing id from `registry` (Opened::backing_id); status.json shows the
+  // setting and why passthrough is not active.
+  struct PassthroughSetting {
+    std::string mode = "off";  // as asked for: auto, on, off
+    bool active = false;
+    std::string reason;        // why not active (empty when active)
+  };
+  void SetPassthrough(BackingRegistry* registry, PassthroughSetting setting);
 
   // --- remote tier (filesystem_tiering.cc). Called by RemoteTier's threads.
   // Set once before serving requests when a remote is configured.
@@ -659,6 +671,22 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   InvalidateInodeFn invalidate_inode_;
   std::string writer_socket_ GUARDED_BY(mu_);
   std::map<std::string, nlohmann::json> status_sections_ GUARDED_BY(mu_);
+
+  // Kernel passthrough (filesystem_passthrough.cc).
+  // The open's backing id, or -1 (it goes through the daemon).
+  int32_t PassthroughOpenLocked(Inode* inode, FileHandle* fh, bool resident) REQUIRES(mu_);
+  void PassthroughReleaseLocked(Inode* inode, FileHandle* fh) REQUIRES(mu_);
+  // Takes size and mtime from the backing file of an inode open through
+  // passthrough; true when they changed.
+  bool SyncFromBackingLocked(Inode* inode) REQUIRES(mu_);
+  void SyncPassthroughWritersLocked() REQUIRES(mu_);
+  nlohmann::json PassthroughStatusLocked() REQUIRES(mu_);
+  BackingRegistry* backing_registry_ GUARDED_BY(mu_) = nullptr;
+  PassthroughSetting passthrough_ GUARDED_BY(mu_);
+  std::set<uint64_t> passthrough_writing_ GUARDED_BY(mu_);  // inodes with passthrough writers
+  std::map<std::string, uint64_t> passthrough_fallbacks_ GUARDED_BY(mu_);  // opens not passed, by reason
+  uint64_t passthrough_files_open_ GUARDED_BY(mu_) = 0;
+  uint64_t passthrough_register_errors_ GUARDED_BY(mu_) = 0;
   uint64_t fsyncdir_seq_ GUARDED_BY(mu_) = 0;
 
   FsMetrics metrics_;

@@ -42,6 +42,9 @@ Result<Attr> FileSystem::GetAttr(uint64_t ino) {
   MutexLock lock(&mu_);
   Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
+  // stat, SEEK_END and mmap of a file the kernel writes through
+  // passthrough need the backing file's size.
+  if (inode->passthrough_writers > 0) SyncFromBackingLocked(inode);
   return Attr{StatOf(*inode), options_.attr_timeout};
 }
 

@@ -66,6 +66,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
     fh->remote_key = inode->object->key;
     fh->remote_size = inode->rec.size;
   }
+  const int32_t backing_id = PassthroughOpenLocked(inode, fh.get(), !remote_only);
   inode->open_handles++;
   inode->last_access_ns = clock_->MonotonicNanos();
   if (fh->writable) {
@@ -78,7 +79,9 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
     }
     NoteActivity(ino);
   }
-  return Opened{fh.release(), inode->rec.sealed, false};
+  // The kernel refuses keep_cache next to a backing id (the page cache is
+  // the backing file's then).
+  return Opened{fh.release(), inode->rec.sealed && backing_id < 0, false, backing_id};
 }
 
 Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c, uint64_t parent,
@@ -104,6 +107,7 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   fh->writable = WantsWrite(flags);
   fh->pid = c.pid;
   fh->file = std::move(file).value();
+  const int32_t backing_id = PassthroughOpenLocked(*inode, fh.get(), /*resident=*/true);
   (*inode)->open_handles++;
   if (fh->writable) {
     (*inode)->open_writers++;
@@ -115,7 +119,7 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
     }
   }
   Entry e = MakeEntry(*inode);
-  return std::make_pair(e, Opened{fh.release(), false, false});
+  return std::make_pair(e, Opened{fh.release(), false, false, backing_id});
 }
 
 Result<size_t> FileSystem::Read(FileHandle* fh, void* buf, size_t n, uint64_t offset) {
@@ -197,6 +201,9 @@ Status FileSystem::Flush(FileHandle* fh) {
     MutexLock lock(&mu_);
     Inode* inode = inodes_.Find(fh->ino);
     if (!inode || inode->rec.nlink == 0) return Status::Ok();
+    // close(): what the kernel wrote through passthrough is in the record
+    // before close() returns (a commit may follow at once).
+    if (fh->passthrough) SyncFromBackingLocked(inode);
     ManifestBatch batch;
     if (inode->dirty) {
       InodeTable::Put(*inode, &batch);
@@ -249,6 +256,7 @@ Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {
   Inode* inode = inodes_.Find(fh->ino);
   if (!inode) return Status::Ok();
   if (sync_dir) inode->backing_unsynced = false;
+  if (fh->passthrough) SyncFromBackingLocked(inode);
   ManifestBatch batch;
   if (inode->rec.nlink > 0) InodeTable::Put(*inode, &batch);
   inode->dirty = false;
@@ -271,6 +279,16 @@ Status FileSystem::Release(FileHandle* fh) {
   const uint64_t session = !fh->writable || fh->pid == 0 ? 0 : session_of_ ? session_of_(fh->pid) : fh->pid;
   Inode* inode = inodes_.Find(fh->ino);
   if (!inode) return Status::Ok();
+  if (fh->passthrough && SyncFromBackingLocked(inode) && fh->writable && fh->flushed && inode->rec.nlink > 0) {
+    // Written after its close() through a copy of the descriptor (or a
+    // mapping): as NoteWritten does, recovery must not finish a commit.
+    fh->flushed = false;
+    inode->unflushed_writers++;
+    ManifestBatch again;
+    ForgetPendingCommitLocked(inode->rec.parent, &again);
+    if (!again.empty()) (void)Apply(again, false);
+  }
+  PassthroughReleaseLocked(inode, fh);
   if (inode->open_handles > 0) inode->open_handles--;
   if (fh->writable && inode->open_writers > 0) inode->open_writers--;
   if (fh->writable && !fh->flushed && inode->unflushed_writers > 0) inode->unflushed_writers--;

@@ -11,10 +11,15 @@ std::string FileSystem::RenderMetricsLocked() {
     w.Family(name, "counter", help);
     w.Sample(name, static_cast<double>(v));
   };
-  counter("ckptfs_fuse_write_bytes_total", "Bytes written through the FUSE mount.",
+  counter("ckptfs_fuse_write_bytes_total",
+          "Bytes written through the daemon (not those of passthrough opens, which the kernel writes itself).",
           metrics_.fuse_bytes_written.load());
-  counter("ckptfs_fuse_read_bytes_total", "Bytes asked for by reads through the FUSE mount.",
+  counter("ckptfs_fuse_read_bytes_total",
+          "Bytes asked for by reads through the daemon (not those of passthrough opens).",
           metrics_.fuse_bytes_read.load());
+  counter("ckptfs_passthrough_opens_total",
+          "Opens served by kernel FUSE passthrough: their reads and writes bypass the daemon.",
+          metrics_.passthrough_opens.load());
   counter("ckptfs_view_read_bytes_total", "Bytes read from .full/ views (full tensors assembled from shards).",
           metrics_.view_bytes_read.load());
   counter("ckptfs_writer_fastpath_bytes_total",

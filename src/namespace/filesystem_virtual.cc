@@ -79,6 +79,7 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
 }
 
 std::pair<uint64_t, uint64_t> FileSystem::CurrentSize(uint64_t step_ino) {
+  SyncPassthroughWritersLocked();  // user.ckptfs.bytes counts what the kernel wrote
   std::vector<std::pair<std::string, uint64_t>> files;
   if (Inode* dir = inodes_.Find(step_ino)) CollectFiles(dir, "", &files);
   uint64_t bytes = 0;
@@ -175,6 +176,7 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
   info.holdings = HoldingsLocked();
   if (tier_) tier_->AddStatus(&info.extra);
   for (const auto& [name, section] : status_sections_) info.extra[name] = section;
+  info.extra["passthrough"] = PassthroughStatusLocked();
   if (cluster_) cluster_->AddStatus(&info.extra);
   // The remote's last error quotes object keys, that is paths.
   if (!everything && info.extra.contains("remote")) info.extra["remote"]["last_error"] = nullptr;

@@ -61,6 +61,9 @@ struct Opened {
   FileHandle* fh = nullptr;
   bool keep_cache = false;  // sealed data never changes: keep the page cache
   bool direct_io = false;   // generated control files
+  // Kernel passthrough: the backing id the open reply carries (-1: the
+  // daemon serves this open's reads and writes).
+  int32_t backing_id = -1;
 };
 
 }  // namespace ckptfs

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "data/data_store.h"
 #include "manifest/records.h"
 
 namespace ckptfs {
@@ -40,6 +42,18 @@ struct Inode {
   std::optional<ChecksumRecord> checksum;
   bool evicting = false;       // its backing file is being removed; opens wait
   int64_t last_access_ns = 0;  // monotonic; least recently used is evicted first
+
+  // Kernel passthrough (filesystem_passthrough.cc): while passthrough_opens
+  // > 0 the kernel reads and writes `passthrough_backing` directly, under
+  // one backing id shared by every open of the inode. Every open of it is
+  // then passthrough: the kernel fails a mix of passthrough and daemon opens.
+  int32_t backing_id = -1;
+  uint32_t passthrough_opens = 0;
+  uint32_t passthrough_writers = 0;
+  std::shared_ptr<BackingFile> passthrough_backing;
+  // The backing file as last seen (size, change time): the kernel's writes
+  // behind the daemon's back show as a change here.
+  BackingFile::Identity backing_seen;
 
   bool is_dir() const { return S_ISDIR(rec.mode); }
   bool is_reg() const { return S_ISREG(rec.mode); }

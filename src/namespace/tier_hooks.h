@@ -32,6 +32,8 @@ class TierHooks {
   // set, waits (bounded) for eviction to make room; ENOSPC when none comes.
   // Called without FileSystem::mu_.
   virtual Status WaitForCacheSpace(uint64_t n) = 0;
+  // True with --cache-size: writes must reach the daemon to wait for room.
+  virtual bool LimitsCacheSize() const { return false; }
 
   // The data of ino left the cache (evicted or deleted): forget what was
   // fetched of it. Called with FileSystem::mu_ held; takes only the tier's

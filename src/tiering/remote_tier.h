@@ -121,6 +121,7 @@ class RemoteTier : public TierHooks {
   Status EnsureLocal(uint64_t ino, const std::string& key, uint64_t size, BackingFile* file,
                      uint64_t offset, size_t n) override EXCLUDES(fetch_mu_, mu_);
   Status WaitForCacheSpace(uint64_t n) override;
+  bool LimitsCacheSize() const override { return options_.cache_size != 0; }
   void Forget(uint64_t ino) override;
   void AddStatus(nlohmann::json* status) override;
   void AddMetrics(PrometheusWriter* out) override;

@@ -1,0 +1,63 @@
+// Kernel FUSE passthrough (Linux 6.9+) for libfuse 3.14, which has no API
+// for it. The session's device reads and writes go through this channel
+// (fuse_session_custom_io), which amends two kinds of replies on their way
+// to the kernel:
+//   INIT        accepts the kernel's FUSE_PASSTHROUGH offer: the flag in
+//               flags2 and max_stack_depth (the u32 after flags2);
+//   OPEN/CREATE for an open FileSystem gave a backing id: FOPEN_PASSTHROUGH
+//               and the id in fuse_open_out's former padding.
+// It also registers backing files with the kernel (BackingRegistry, by the
+// FUSE_DEV_IOC_BACKING_OPEN/CLOSE ioctls on the session's descriptor).
+//
+// A reply is matched to its request through the thread: libfuse's worker
+// reads a request, runs its handler and writes the reply on one thread, so
+// the handler's SetReplyBackingId is consumed by that thread's next reply
+// to the same request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "namespace/backing_registry.h"
+
+struct fuse_session;
+
+namespace ckptfs {
+
+class PassthroughChannel : public BackingRegistry {
+ public:
+  // Routes the session's device I/O through the channel. Call after
+  // fuse_session_mount and before the kernel's INIT is read. One channel
+  // per process (libfuse's I/O callbacks carry no pointer of ours).
+  // max_stack_depth: 1, or 2 when backing files live on a stacked
+  // filesystem (overlayfs).
+  static Result<std::unique_ptr<PassthroughChannel>> Install(fuse_session* se, uint32_t max_stack_depth);
+  ~PassthroughChannel() override;
+  PassthroughChannel(const PassthroughChannel&) = delete;
+  PassthroughChannel& operator=(const PassthroughChannel&) = delete;
+
+  // After INIT was answered: whether the kernel offered passthrough (and so
+  // the reply accepted it).
+  bool kernel_offered() const;
+  bool accepted() const;
+
+  // Registers a file of the cache filesystem and closes the id at once:
+  // Ok when opens can be passed through, else why not (EPERM without
+  // CAP_SYS_ADMIN, ELOOP for a too deeply stacked cache filesystem).
+  Status Probe(const std::string& cache_dir);
+
+  Result<int32_t> Register(int fd) override;
+  void Unregister(int32_t id) override;
+
+  // The FUSE glue, just before it replies to the OPEN or CREATE it is
+  // handling: the reply carries this backing id.
+  static void SetReplyBackingId(int32_t id);
+
+ private:
+  explicit PassthroughChannel(int fd);
+  const int fd_;  // the session's /dev/fuse descriptor
+};
+
+}  // namespace ckptfs
