@@ -62,7 +62,12 @@ class FsEnv {
   // Commits of layouts that list no files wait --commit-settle of quiet on
   // the test's manual clock; tests about settling pass keep_settle, the
   // others commit at once (settle 0).
-  explicit FsEnv(FileSystemOptions options = {}, bool keep_settle = false) : options_(std::move(options)) {
+  explicit FsEnv(FileSystemOptions options = {}, bool keep_settle = false)
+      : FsEnv(std::move(options), nullptr, keep_settle) {}
+  // Over a data store the test owns (a PosixDataStore in a temporary
+  // directory, for code that needs descriptors) instead of `data`.
+  FsEnv(FileSystemOptions options, DataStore* data_store, bool keep_settle = false)
+      : options_(std::move(options)), data_target_(data_store ? data_store : &data) {
     if (!keep_settle) options_.commit_settle_ns = 0;
     if (options_.boot_id.empty()) options_.boot_id = "boot-1";
     Start();
@@ -71,7 +76,7 @@ class FsEnv {
 
   void Start() {
     auto fs = FileSystem::Open(options_, std::make_unique<SharedManifest>(&manifest, &manifest_writes),
-                               std::make_unique<SharedData>(&data), &clock, &events);
+                               std::make_unique<SharedData>(data_target_), &clock, &events);
     if (!fs.ok()) throw std::runtime_error(fs.status().ToString());
     fs_ = std::move(fs).value();
     coordinator_ = CommitCoordinator::CreateWithoutThreads(fs_.get(), fs_->data(), fs_->clock());
@@ -121,6 +126,7 @@ class FsEnv {
   }
 
   FileSystemOptions options_;
+  DataStore* data_target_;
   int boots_ = 1;
   std::unique_ptr<FileSystem> fs_;
   std::unique_ptr<CommitCoordinator> coordinator_;
