@@ -141,6 +141,16 @@ std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
                          : "free space on the cache filesystem; writes resume by themselves")
         << "\n";
   }
+  if (status.contains("passthrough") && status["passthrough"].is_object()) {
+    // Whether reads and writes of local files bypass the daemon, and if not why.
+    const auto& pt = status["passthrough"];
+    out << "passthrough: ";
+    if (pt.value("active", false)) {
+      out << "on, " << pt.value("opens", 0) << " open(s) passed to the kernel\n";
+    } else {
+      out << "off: " << pt.value("reason", std::string("?")) << "\n";
+    }
+  }
   if (status.contains("remote") && status["remote"].is_object()) {
     const auto& remote = status["remote"];
     out << "remote: " << remote.value("url", "?") << ", ";

@@ -121,6 +121,17 @@ TEST(StatusCommandTest, EmptyMount) {
   EXPECT_NE(RenderStatusTable(status, 0).find("no checkpoint steps yet"), std::string::npos);
 }
 
+TEST(StatusCommandTest, PassthroughSaysWhetherItIsOnAndWhyNot) {
+  auto status = nlohmann::json::parse(
+      R"({"version": "0.1.0", "pid": 1, "mountpoint": "/m", "steps": [],
+          "passthrough": {"mode": "auto", "active": true, "reason": "", "opens": 12}})");
+  EXPECT_NE(RenderStatusTable(status, 0).find("passthrough: on, 12 open(s) passed to the kernel"), std::string::npos);
+  status["passthrough"] = {{"mode", "auto"}, {"active", false},
+                           {"reason", "registering backing files needs CAP_SYS_ADMIN, which the daemon lacks"}};
+  EXPECT_NE(RenderStatusTable(status, 0).find("passthrough: off: registering backing files needs CAP_SYS_ADMIN"),
+            std::string::npos);
+}
+
 TEST(StatusCommandTest, AFailingManifestShowsAndAHealthyOneDoesNot) {
   auto status = nlohmann::json::parse(
       R"({"version": "0.1.0", "pid": 1, "mountpoint": "/m", "steps": [],

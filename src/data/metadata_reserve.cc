@@ -25,6 +25,15 @@ void MetadataReserve::RefreshLocked(int64_t now) {
   reserve_ = std::max(spec_.min_bytes, percent_bytes);
 }
 
+Status MetadataReserve::AdmitFresh() {
+  if (!enabled()) return Status::Ok();
+  {
+    MutexLock lock(&mu_);
+    known_ = false;  // the next Admit looks again
+  }
+  return Admit(0);
+}
+
 Status MetadataReserve::Admit(uint64_t n) {
   if (!enabled()) return Status::Ok();
   MutexLock lock(&mu_);

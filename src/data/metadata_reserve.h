@@ -43,6 +43,9 @@ class MetadataReserve {
   // would leave less free space than the reserve. An error reading the free
   // space admits the data: the write itself will tell.
   Status Admit(uint64_t n);
+  // Admit(0) from a fresh look at the filesystem: for a file the kernel
+  // will write without the daemon (passthrough), whose bytes no Admit saw.
+  Status AdmitFresh();
 
   // The reserve in bytes as of the last look at the filesystem (0 = off or
   // not looked yet), for status.json.

@@ -181,13 +181,13 @@ std::vector<uint32_t> GroupsOf(fuse_req_t req) {
 void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Caller who = CallerOf(req);
   if (FileSystem::NeedsGroups(ino)) who.groups = GroupsOf(req);
-  auto r = Fs(req)->OpenFile(ino, fi->flags, who.pid, &who);
+  auto r = Fs(req)->OpenFile(ino, fi->flags, who.pid, &who, OpenFor::kKernel);
   if (!r.ok()) return ReplyError(req, r.status());
   ReplyOpen(req, fi, *r);
 }
 
 void OnCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
-  auto r = Fs(req)->Create(CallerOf(req), parent, name, mode, fi->flags);
+  auto r = Fs(req)->Create(CallerOf(req), parent, name, mode, fi->flags, OpenFor::kKernel);
   if (!r.ok()) return ReplyError(req, r.status());
   fi->fh = reinterpret_cast<uint64_t>(r->second.fh);
   fuse_entry_param p = ToEntry(r->first);

@@ -193,12 +193,13 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // who: the opener; /.ckptfs/status.json and events show it only the steps
   // and events whose paths it could look up itself (nullptr: everything,
   // for the daemon's own use).
-  Result<Opened> OpenFile(uint64_t ino, int flags, uint32_t pid = 0, const Caller* who = nullptr);
+  Result<Opened> OpenFile(uint64_t ino, int flags, uint32_t pid = 0, const Caller* who = nullptr,
+                          OpenFor for_whom = OpenFor::kDaemon);
   // Opening ino needs the caller's supplementary groups (Caller::groups).
   static bool NeedsGroups(uint64_t ino) { return ino == kStatusFileIno || ino == kEventsFileIno; }
   // Create and open in one step (O_CREAT).
   Result<std::pair<Entry, Opened>> Create(const Caller& c, uint64_t parent, const std::string& name,
-                                          uint32_t mode, int flags);
+                                          uint32_t mode, int flags, OpenFor for_whom = OpenFor::kDaemon);
   Result<size_t> Read(FileHandle* fh, void* buf, size_t n, uint64_t offset);
   // Makes [offset, offset + n) of the file local (fetching what is only in
   // the remote); Read does it itself, the FUSE glue's splice path calls it
@@ -680,6 +681,9 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // passthrough; true when they changed.
   bool SyncFromBackingLocked(Inode* inode) REQUIRES(mu_);
   void SyncPassthroughWritersLocked() REQUIRES(mu_);
+  // The daemon recorded the backing file's state itself (a writer-library
+  // close): kernel opens of it must not take that for a write of theirs.
+  void NoteBackingRecordedLocked(Inode* inode) REQUIRES(mu_);
   nlohmann::json PassthroughStatusLocked() REQUIRES(mu_);
   BackingRegistry* backing_registry_ GUARDED_BY(mu_) = nullptr;
   PassthroughSetting passthrough_ GUARDED_BY(mu_);

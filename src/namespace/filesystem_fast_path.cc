@@ -175,6 +175,7 @@ Status FileSystem::FinishFastPath(FastPathFile* file, uint64_t size, uint32_t cr
     inode->rec.size = size;
     inode->rec.mtime = inode->rec.ctime = clock_->Now();
     inode->dirty = false;
+    NoteBackingRecordedLocked(inode);
     ChecksumRecord rec{size, TimespecToNanos(inode->rec.mtime), *computed};
     if (identity.ok()) {
       rec.backing_inode = identity->inode;
@@ -218,6 +219,7 @@ Status FileSystem::AbandonFastPath(FastPathFile* file) {
     inode->rec.size = *actual;
     inode->rec.mtime = inode->rec.ctime = clock_->Now();
     inode->dirty = true;  // Release writes the record
+    NoteBackingRecordedLocked(inode);
     invalidate = invalidate_inode_;
   }
   if (invalidate) invalidate(fh->ino);

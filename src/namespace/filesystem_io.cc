@@ -16,7 +16,8 @@ namespace {
 bool WantsWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 }  // namespace
 
-Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_t pid, const Caller* who) {
+Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_t pid, const Caller* who,
+                                                OpenFor for_whom) {
   if (VirtualNodes* v = VirtualNodesFor(ino)) return v->Open(ino, flags, who);
   MutexLock lock(&mu_);
   // libfuse negotiates atomic O_TRUNC: the kernel sends O_TRUNC with the open
@@ -66,7 +67,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
     fh->remote_key = inode->object->key;
     fh->remote_size = inode->rec.size;
   }
-  const int32_t backing_id = PassthroughOpenLocked(inode, fh.get(), !remote_only);
+  const int32_t backing_id = for_whom == OpenFor::kKernel ? PassthroughOpenLocked(inode, fh.get(), !remote_only) : -1;
   inode->open_handles++;
   inode->last_access_ns = clock_->MonotonicNanos();
   if (fh->writable) {
@@ -86,7 +87,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
 
 Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c, uint64_t parent,
                                                                 const std::string& name,
-                                                                uint32_t mode, int flags) {
+                                                                uint32_t mode, int flags, OpenFor for_whom) {
   MutexLock lock(&mu_);
   auto dir = PrepareNewEntry(lock, parent, name);
   if (!dir.ok()) return dir.status();
@@ -107,7 +108,7 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   fh->writable = WantsWrite(flags);
   fh->pid = c.pid;
   fh->file = std::move(file).value();
-  const int32_t backing_id = PassthroughOpenLocked(*inode, fh.get(), /*resident=*/true);
+  const int32_t backing_id = for_whom == OpenFor::kKernel ? PassthroughOpenLocked(*inode, fh.get(), /*resident=*/true) : -1;
   (*inode)->open_handles++;
   if (fh->writable) {
     (*inode)->open_writers++;

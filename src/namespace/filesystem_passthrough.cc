@@ -46,6 +46,9 @@ int32_t FileSystem::PassthroughOpenLocked(Inode* inode, FileHandle* fh, bool res
   // With --cache-size, a write waits for eviction to make room; a write
   // the daemon does not see cannot.
   if (fh->writable && tier_ && tier_->LimitsCacheSize()) return fallback("cache_limit");
+  // Within the manifest's reserve, the daemon path refuses each write with
+  // ENOSPC; the kernel would write on until the disk is full.
+  if (fh->writable && !reserve_->AdmitFresh().ok()) return fallback("metadata_reserve");
   if (inode->backing_id < 0) {
     // The kernel keeps a reference to the file registered: one of the
     // inode's own, opened read-write where it may be written, so that any
@@ -97,6 +100,11 @@ bool FileSystem::SyncFromBackingLocked(Inode* inode) {
   inode->dirty = true;
   NoteActivity(inode->rec.ino);
   return true;
+}
+
+void FileSystem::NoteBackingRecordedLocked(Inode* inode) {
+  if (!inode->passthrough_backing) return;
+  if (auto now = inode->passthrough_backing->Stat(); now.ok()) inode->backing_seen = *now;
 }
 
 void FileSystem::SyncPassthroughWritersLocked() {

@@ -74,7 +74,7 @@ class PassthroughTest : public ::testing::Test {
     return v.ok() ? *v : "<" + v.status().ToString() + ">";
   }
   nlohmann::json Status() {
-    auto o = fs().OpenFile(kStatusFileIno, O_RDONLY);
+    auto o = fs().OpenFile(kStatusFileIno, O_RDONLY, 0, nullptr, OpenFor::kKernel);
     EXPECT_TRUE(o.ok());
     std::string body(1 << 20, '\0');
     auto n = fs().Read(o->fh, body.data(), body.size(), 0);
@@ -92,12 +92,12 @@ class PassthroughTest : public ::testing::Test {
 };
 
 TEST_F(PassthroughTest, EveryOpenOfAnInodeSharesOneBackingIdUntilTheLastRelease) {
-  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY);
+  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY, OpenFor::kKernel);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const int32_t id = c->second.backing_id;
   ASSERT_GE(id, 0);
   EXPECT_TRUE(c->second.fh->passthrough);
-  auto r = fs().OpenFile(c->first.ino, O_RDONLY);
+  auto r = fs().OpenFile(c->first.ino, O_RDONLY, 0, nullptr, OpenFor::kKernel);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->backing_id, id);
   EXPECT_FALSE(r->keep_cache) << "the kernel refuses keep_cache next to a backing id";
@@ -108,7 +108,7 @@ TEST_F(PassthroughTest, EveryOpenOfAnInodeSharesOneBackingIdUntilTheLastRelease)
   ASSERT_TRUE(fs().Release(r->fh).ok());
   EXPECT_FALSE(kernel_.Live(id));
   // The next open registers the file again.
-  auto again = fs().OpenFile(c->first.ino, O_RDONLY);
+  auto again = fs().OpenFile(c->first.ino, O_RDONLY, 0, nullptr, OpenFor::kKernel);
   ASSERT_TRUE(again.ok());
   EXPECT_GE(again->backing_id, 0);
   EXPECT_NE(again->backing_id, id);
@@ -117,7 +117,7 @@ TEST_F(PassthroughTest, EveryOpenOfAnInodeSharesOneBackingIdUntilTheLastRelease)
 }
 
 TEST_F(PassthroughTest, WhatTheKernelWritesShowsInSizesAndTheStepBytes) {
-  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY);
+  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY, OpenFor::kKernel);
   ASSERT_TRUE(c.ok());
   const int32_t id = c->second.backing_id;
   kernel_.Write(id, std::string(1000, 'a'), 0);
@@ -139,7 +139,7 @@ TEST_F(PassthroughTest, WhatTheKernelWritesShowsInSizesAndTheStepBytes) {
 }
 
 TEST_F(PassthroughTest, ACommitRecordsWhatTheKernelWrote) {
-  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY);
+  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY, OpenFor::kKernel);
   ASSERT_TRUE(c.ok());
   kernel_.Write(c->second.backing_id, "0123456789", 0);
   ASSERT_TRUE(fs().Flush(c->second.fh).ok());  // close() returned: a commit may come before RELEASE
@@ -153,21 +153,21 @@ TEST_F(PassthroughTest, ACommitRecordsWhatTheKernelWrote) {
 }
 
 TEST_F(PassthroughTest, AnInodeOpenThroughTheDaemonKeepsLaterOpensThere) {
-  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY);
+  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY, OpenFor::kKernel);
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(fs().Release(c->second.fh).ok());
   kernel_.Refuse(true);  // e.g. EPERM: this open goes through the daemon
-  auto daemon = fs().OpenFile(c->first.ino, O_RDWR);
+  auto daemon = fs().OpenFile(c->first.ino, O_RDWR, 0, nullptr, OpenFor::kKernel);
   ASSERT_TRUE(daemon.ok());
   EXPECT_EQ(daemon->backing_id, -1);
   kernel_.Refuse(false);
   // The kernel fails a passthrough open next to a daemon one (EIO).
-  auto second = fs().OpenFile(c->first.ino, O_RDONLY);
+  auto second = fs().OpenFile(c->first.ino, O_RDONLY, 0, nullptr, OpenFor::kKernel);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->backing_id, -1);
   ASSERT_TRUE(fs().Release(daemon->fh).ok());
   ASSERT_TRUE(fs().Release(second->fh).ok());
-  auto third = fs().OpenFile(c->first.ino, O_RDONLY);
+  auto third = fs().OpenFile(c->first.ino, O_RDONLY, 0, nullptr, OpenFor::kKernel);
   ASSERT_TRUE(third.ok());
   EXPECT_GE(third->backing_id, 0);
   ASSERT_TRUE(fs().Release(third->fh).ok());
@@ -179,7 +179,7 @@ TEST_F(PassthroughTest, AnInodeOpenThroughTheDaemonKeepsLaterOpensThere) {
 }
 
 TEST_F(PassthroughTest, AWriteAfterCloseThroughTheKernelIsSeenAtRelease) {
-  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY);
+  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY, OpenFor::kKernel);
   ASSERT_TRUE(c.ok());
   kernel_.Write(c->second.backing_id, "AAA", 0);
   ASSERT_TRUE(fs().Flush(c->second.fh).ok());
@@ -190,9 +190,24 @@ TEST_F(PassthroughTest, AWriteAfterCloseThroughTheKernelIsSeenAtRelease) {
   EXPECT_EQ(attr->attr.st_size, 7);
 }
 
+TEST_F(PassthroughTest, TheDaemonsOwnOpensGetNoIds) {
+  // The writer fast path and `.full/` views open files for the daemon's own
+  // reads and writes: a backing id there would hold a kernel reference for
+  // nothing, and their writes must stay the daemon's to record.
+  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->second.backing_id, -1);
+  ASSERT_TRUE(fs().Release(c->second.fh).ok());
+  auto o = fs().OpenFile(c->first.ino, O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->backing_id, -1);
+  ASSERT_TRUE(fs().Release(o->fh).ok());
+  EXPECT_EQ(kernel_.registrations(), 0);
+}
+
 TEST_F(PassthroughTest, InactivePassthroughGivesNoIds) {
   fs().SetPassthrough(&kernel_, {"auto", false, "the kernel does not offer FUSE passthrough"});
-  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY);
+  auto c = fs().Create(kRoot, step_, "x", 0644, O_WRONLY, OpenFor::kKernel);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->second.backing_id, -1);
   ASSERT_TRUE(fs().Release(c->second.fh).ok());

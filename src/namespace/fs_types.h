@@ -56,6 +56,11 @@ struct Caller {
   std::vector<uint32_t> groups;
 };
 
+// Who an open is for: only the kernel's opens (through the FUSE glue) may
+// get a passthrough backing id; the daemon's own (the writer fast path,
+// `.full/` views reading shards) read and write through the handle.
+enum class OpenFor { kDaemon, kKernel };
+
 // An opened file: the handle the FUSE glue keeps in fuse_file_info.
 struct Opened {
   FileHandle* fh = nullptr;

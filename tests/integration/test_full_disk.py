@@ -141,7 +141,9 @@ def wait_until(fn, timeout=30):
 
 
 def test_data_full_refuses_data_but_metadata_and_commits_go_on(full_mount):
-    m = full_mount("--metadata-reserve", "16M")
+    # Writes through the daemon are held at the reserve; with kernel
+    # passthrough they are not (the next test).
+    m = full_mount("--metadata-reserve", "16M", "--passthrough", "off")
     os.makedirs(m.path("run", "step100"))
     write_file(m.path("run", "step100", "model.bin"), b"committed" * 1000)
     # The trainer fills the disk: ENOSPC at the reserve, not at the last block.
@@ -163,6 +165,44 @@ def test_data_full_refuses_data_but_metadata_and_commits_go_on(full_mount):
     # Freeing the trainer's own data makes room again at once.
     os.unlink(m.path("run", "big"))
     assert wait_until(lambda: write_file(m.path("run", "new.bin"), b"x") or True, timeout=10)
+
+
+def test_passthrough_writers_fill_the_disk_and_lose_nothing_committed(full_mount):
+    # The kernel writes passthrough files without the daemon: the reserve is
+    # checked when a file is opened for writing, not per write
+    # (docs/operations.md, "Kernel passthrough").
+    m = full_mount("--metadata-reserve", "16M")
+    if not m.status()["passthrough"]["active"]:
+        pytest.skip("passthrough not available here")
+    os.makedirs(m.path("run", "step100"))
+    write_file(m.path("run", "step100", "model.bin"), b"committed" * 1000, fsync=True)
+    assert m.commit(m.path("run", "step100")).returncode == 0
+    m.wait_state("run/step100", "committed")
+    write_file(m.path("run", "later.bin"), b"")
+    done, err = fill_through(m.path("run", "big"))
+    assert err == errno.ENOSPC, (done, err)
+    assert m.status()["passthrough"]["opens"] >= 2
+    # Within the reserve: a new file is refused, and a file opened for
+    # writing now is served by the daemon, which refuses its writes.
+    with pytest.raises(OSError) as e:
+        write_file(m.path("run", "new.bin"), b"x" * (2 << 20))
+    assert e.value.errno == errno.ENOSPC
+    with pytest.raises(OSError) as e:
+        with open(m.path("run", "later.bin"), "ab") as f:
+            f.write(b"x" * (2 << 20))
+    assert e.value.errno == errno.ENOSPC
+    assert m.status()["passthrough"]["daemon_opens"].get("metadata_reserve", 0) >= 1
+    assert read_file(m.path("run", "step100", "model.bin")) == b"committed" * 1000
+    # Freeing the data makes room again: metadata and commits go on.
+    os.unlink(m.path("run", "big"))
+    assert wait_until(lambda: daemon_alive(m)["manifest"]["state"] == "ok", timeout=30)
+    os.makedirs(m.path("run", "step200"))
+    # The space comes back once the kernel has released the file (RELEASE
+    # follows close() asynchronously, and the unlink may come first).
+    assert wait_until(lambda: write_file(m.path("run", "step200", "model.bin"), b"again") or True, timeout=10)
+    assert m.commit(m.path("run", "step200")).returncode == 0
+    m.wait_state("run/step200", "committed")
+    assert read_file(m.path("run", "step100", "model.bin")) == b"committed" * 1000
 
 
 def test_metadata_full_goes_read_only_and_recovers_when_space_is_freed(full_mount):
