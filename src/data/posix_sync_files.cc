@@ -1,18 +1,22 @@
 // PosixDataStore::SyncFiles: making a commit's backing files durable.
 //
 // fdatasync of each file costs a journal commit and a disk cache flush per
-// file: measured on this VM's ext4 (virtio disk, 64 KiB files written
-// without fsync), 0.35-0.6 ms a file, 410 ms for 1,000 files. One syncfs(2)
-// of the cache filesystem writes back every dirty file of the filesystem
-// and then commits the journal and flushes the cache once: 55 ms for the
-// same 1,000 files, most of it writing their 62.5 MiB.
+// file: on this VM's ext4 (virtio disk, 64 KiB files written without
+// fsync), 0.4-0.6 ms a file, 410-620 ms for 1,000 files. One syncfs(2) of
+// the cache filesystem writes back every dirty file of the filesystem, then
+// commits the journal and flushes the cache once: 52-60 ms for the same
+// 1,000 files, nearly all of it writing their 62.5 MiB (docs/benchmarks.md,
+// commit_latency).
 //
 // syncfs also writes back what other programs dirtied on that filesystem,
 // which a per-file sync leaves alone: with 64 MiB of someone else's
-// unsynced data it took 50 ms more, for 1 file as for 32. So a commit of
-// fewer than kSyncfsFromFiles files (under ~8 ms one by one here) syncs its
-// files one by one, and only a larger one, where the per-file journal
-// commits cost more than a modest amount of foreign data would, uses syncfs.
+// unsynced data beside them, syncfs took 51-78 ms for 1 to 32 files, where
+// fdatasync of each took 2 ms for 1 file and 16-22 ms for 8 to 32. Alone,
+// syncfs wins at any count. The two cases cannot be told apart cheaply, so
+// a commit of fewer than kSyncfsFromFiles files (a marker, a handful of
+// shards) syncs one by one, which a stranger's data slows far less, and a
+// larger one, where the per-file journal commits cost hundreds of ms, uses
+// syncfs and pays for foreign data at most once.
 //
 // Errors. syncfs reports writeback errors through the superblock's errseq:
 // an error on any file of the filesystem since the descriptor was opened
