@@ -77,6 +77,14 @@ class DataStore {
   // Makes creations and removals of backing files durable (fsync of the
   // data directory).
   virtual Status SyncDir() = 0;
+  // Makes the contents and sizes of the backing files of inos durable, as
+  // BackingFile::Sync on each of them would, in the way that is cheapest
+  // for the store (PosixDataStore: one syncfs of the cache filesystem when
+  // there are many). Creations are SyncDir's. ENOENT when an ino has no
+  // backing file. On failure, *failed_ino (failed_ino may be null) is the
+  // ino the error belongs to, or 0 when it cannot be pinned on one of them
+  // (a writeback error syncfs reports for the filesystem as a whole).
+  virtual Status SyncFiles(const std::vector<uint64_t>& inos, uint64_t* failed_ino) = 0;
   // Every ino that has a backing file, for recovery's orphan sweep.
   virtual Result<std::vector<uint64_t>> List() = 0;
   // Bytes free and total on the device holding the data, for statfs.
@@ -104,6 +112,11 @@ class DataStore {
   // a client's stale descriptor never regains access. No-op otherwise.
   virtual Status Unseal(uint64_t /*ino*/, bool /*keep_contents*/) { return Status::Ok(); }
 };
+
+// SyncFiles the plain way: opens each ino's backing file and syncs it, in
+// order, stopping at the first failure. For stores with nothing cheaper, and
+// for the few-files case of those that have.
+Status SyncOneByOne(DataStore* store, const std::vector<uint64_t>& inos, uint64_t* failed_ino);
 
 // The real store: backing files live in dir (created if needed).
 Result<std::unique_ptr<DataStore>> OpenPosixDataStore(const std::string& dir);

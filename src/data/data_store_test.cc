@@ -179,6 +179,42 @@ TYPED_TEST(DataStoreContractTest, CapacityIsPlausible) {
   EXPECT_LE(space->blocks_avail, space->blocks_free);
 }
 
+// Sizes that take each of PosixDataStore's ways: none, one by one, syncfs.
+std::vector<uint64_t> FirstInos(size_t n) {
+  std::vector<uint64_t> inos;
+  for (uint64_t ino = 1; ino <= n; ino++) inos.push_back(ino);
+  return inos;
+}
+constexpr size_t kManyFiles = PosixDataStore::kSyncfsFromFiles + 5;
+
+TYPED_TEST(DataStoreContractTest, SyncFilesOfNoneOneAndMany) {
+  for (uint64_t ino : FirstInos(kManyFiles)) {
+    Write(MustOpen(this->store_.get(), ino, true).get(), "file " + std::to_string(ino), 0);
+  }
+  for (size_t n : {size_t{0}, size_t{1}, size_t{3}, kManyFiles}) {
+    uint64_t failed = 99;
+    Status st = this->store_->SyncFiles(FirstInos(n), &failed);
+    EXPECT_TRUE(st.ok()) << n << " files: " << st.ToString();
+    EXPECT_EQ(failed, 99u) << "set only on failure";
+  }
+  EXPECT_TRUE(this->store_->SyncFiles(FirstInos(kManyFiles), nullptr).ok());
+  EXPECT_EQ(Read(MustOpen(this->store_.get(), 7, false).get(), 100, 0), "file 7");
+}
+
+TYPED_TEST(DataStoreContractTest, SyncFilesOfAMissingFileIsEnoentForIt) {
+  for (uint64_t ino : FirstInos(kManyFiles)) {
+    ASSERT_NE(MustOpen(this->store_.get(), ino, true), nullptr);
+  }
+  ASSERT_TRUE(this->store_->Remove(3).ok());
+  for (size_t n : {size_t{4}, kManyFiles}) {
+    uint64_t failed = 0;
+    Status st = this->store_->SyncFiles(FirstInos(n), &failed);
+    EXPECT_EQ(st.err(), ENOENT) << n << " files: " << st.ToString();
+    EXPECT_EQ(failed, 3u) << n << " files";
+    EXPECT_EQ(this->store_->SyncFiles(FirstInos(n), nullptr).err(), ENOENT);
+  }
+}
+
 // ---- PosixDataStore ----
 
 TEST(PosixDataStoreTest, FilesAreNamedBySixteenHexDigits) {
@@ -261,6 +297,17 @@ TEST(MemoryDataStoreTest, CrashDropsUnsyncedData) {
   ASSERT_TRUE(f->Truncate(3).ok());
   store.SimulateCrash();
   EXPECT_EQ(Contents(&store, 1), "synced");
+}
+
+TEST(MemoryDataStoreTest, SyncFilesMakesThoseFilesDurable) {
+  MemoryDataStore store;
+  for (uint64_t ino : {1, 2, 3}) Write(MustOpen(&store, ino, true).get(), "data", 0);
+  ASSERT_TRUE(store.SyncDir().ok());
+  ASSERT_TRUE(store.SyncFiles({1, 3}, nullptr).ok());
+  store.SimulateCrash();
+  EXPECT_EQ(Contents(&store, 1), "data");
+  EXPECT_EQ(Contents(&store, 2), "");  // not asked for
+  EXPECT_EQ(Contents(&store, 3), "data");
 }
 
 TEST(MemoryDataStoreTest, CrashDropsUnsyncedCreation) {

@@ -92,6 +92,10 @@ Status MemoryDataStore::SyncDir() {
   return Status::Ok();
 }
 
+Status MemoryDataStore::SyncFiles(const std::vector<uint64_t>& inos, uint64_t* failed_ino) {
+  return SyncOneByOne(this, inos, failed_ino);
+}
+
 Result<std::vector<uint64_t>> MemoryDataStore::List() {
   MutexLock lock(&mu_);
   std::vector<uint64_t> inos;

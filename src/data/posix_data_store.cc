@@ -136,7 +136,17 @@ Result<std::unique_ptr<PosixDataStore>> PosixDataStore::OpenDir(const std::strin
     return Status::Error(ENOTDIR, "data directory " + dir + " is not a directory");
   }
   RemoveLeftoverReplacements(dir);
-  return std::unique_ptr<PosixDataStore>(new PosixDataStore(dir, mode ? *mode : ProbeRevocationMode(dir)));
+  int syncfs_fd = -1;
+  if (SyncfsReportsErrors()) {
+    syncfs_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (syncfs_fd < 0) return Status::FromErrno("open data directory " + dir);
+  }
+  return std::unique_ptr<PosixDataStore>(
+      new PosixDataStore(dir, mode ? *mode : ProbeRevocationMode(dir), syncfs_fd));
+}
+
+PosixDataStore::~PosixDataStore() {
+  if (syncfs_fd_ >= 0) ::close(syncfs_fd_);
 }
 
 std::string PosixDataStore::PathOf(uint64_t ino) const {

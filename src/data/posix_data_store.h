@@ -3,7 +3,8 @@
 // (dir/00000000000000a3), so names sort like inos and List can tell ours
 // from anything else left in the directory.
 //
-// Thread safety: PosixDataStore keeps no mutable state, and a PosixBackingFile
+// Thread safety: PosixDataStore keeps no mutable state (its one descriptor,
+// held for syncfs, is opened and closed with it), and a PosixBackingFile
 // only uses positional I/O on its descriptor, so both may be used from any
 // number of threads at once. A PosixBackingFile owns its descriptor and
 // closes it when destroyed; it stays usable after the store is destroyed.
@@ -50,9 +51,17 @@ class PosixDataStore final : public DataStore {
   static Result<std::unique_ptr<PosixDataStore>> OpenDir(const std::string& dir,
                                                          std::optional<RevocationMode> mode = std::nullopt);
 
+  PosixDataStore(const PosixDataStore&) = delete;
+  PosixDataStore& operator=(const PosixDataStore&) = delete;
+  ~PosixDataStore() override;
+
   Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override;
   Status Remove(uint64_t ino) override;
   Status SyncDir() override;
+  // From kSyncfsFromFiles files on, one syncfs of the cache filesystem;
+  // below, fdatasync of each (posix_sync_files.cc says why).
+  Status SyncFiles(const std::vector<uint64_t>& inos, uint64_t* failed_ino) override;
+  static constexpr size_t kSyncfsFromFiles = 16;
   // Ignores every name that is not exactly 16 lower-case hex digits.
   Result<std::vector<uint64_t>> List() override;
   Result<Space> Capacity() override;
@@ -68,11 +77,22 @@ class PosixDataStore final : public DataStore {
   std::string PathOf(uint64_t ino) const;
 
  private:
-  PosixDataStore(std::string dir, RevocationMode mode) : dir_(std::move(dir)), mode_(mode) {}
+  PosixDataStore(std::string dir, RevocationMode mode, int syncfs_fd)
+      : dir_(std::move(dir)), mode_(mode), syncfs_fd_(syncfs_fd) {}
 
   const std::string dir_;
   const RevocationMode mode_;
+  // dir, opened with the store and held for its life: syncfs reports the
+  // writeback errors of the whole filesystem since the descriptor it is
+  // given was opened (the superblock's errseq, Linux 5.8+), so this one
+  // reports every error since the store opened, each to the first syncfs
+  // after it, whoever else saw it first. -1 where syncfs does not report
+  // errors (older kernels): then every SyncFiles syncs one file at a time.
+  const int syncfs_fd_;
 };
+
+// Whether syncfs(2) on this kernel reports writeback errors (Linux 5.8+).
+bool SyncfsReportsErrors();
 
 // Which RevocationMode dir's filesystem supports for this process: sets
 // FS_IMMUTABLE_FL on an anonymous file there and checks that a descriptor

@@ -286,31 +286,44 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
     return;
   }
 
-  // Durability of every file before the batch that says they are committed.
+  // A fast-path file changed around the daemon after its writer closed
+  // it holds bytes nobody vouches for: the step is broken, not committed.
+  std::vector<uint64_t> inos;
+  inos.reserve(plan->files.size());
   for (const auto& f : plan->files) {
     auto file = data_->Open(f.ino, /*create=*/false);
-    // A fast-path file changed around the daemon after its writer closed
-    // it holds bytes nobody vouches for: the step is broken, not committed.
-    Status changed = file.ok() ? steps_->CheckUnchangedSinceClose(f.ino, file->get()) : Status::Ok();
-    if (!changed.ok()) {
+    if (!file.ok()) {
+      steps_->AbortCommit(step_ino, file.status().Annotate("fsync of " + f.path), false, false);
+      return;
+    }
+    if (Status changed = steps_->CheckUnchangedSinceClose(f.ino, file->get()); !changed.ok()) {
       steps_->AbortCommit(step_ino, changed, /*waiting=*/false, /*broken=*/true);
       return;
     }
-    Status st = file.ok() ? (*file)->Sync() : file.status();
-    if (!st.ok()) {
-      steps_->AbortCommit(step_ino, st.Annotate("fsync of " + f.path), false, false);
-      return;
-    }
+    inos.push_back(f.ino);
   }
-  Status st = data_->SyncDir();
+  // Durability of every file and of its name before the batch that says
+  // they are committed. Every file is synced, whatever the daemon saw of
+  // it: kernel passthrough writes backing files without the daemon.
+  const int64_t sync_began = clock_->MonotonicNanos();
+  uint64_t failed_ino = 0;
+  Status st = data_->SyncFiles(inos, &failed_ino);
+  if (!st.ok()) {
+    std::string what = "fsync of the step's " + std::to_string(inos.size()) + " files";
+    for (const auto& f : plan->files) {
+      if (f.ino == failed_ino) what = "fsync of " + f.path;
+    }
+    steps_->AbortCommit(step_ino, st.Annotate(what), false, false);
+    return;
+  }
+  st = data_->SyncDir();
   if (!st.ok()) {
     steps_->AbortCommit(step_ino, st.Annotate("fsync of the data directory"), false, false);
     return;
   }
+  plan->sync_ns = clock_->MonotonicNanos() - sync_began;
   // Sealed data never changes: its FUSE page-cache copy (the backing file's
   // cache holds the same bytes) can go now, before anyone waits on the commit.
-  std::vector<uint64_t> inos;
-  for (const auto& f : plan->files) inos.push_back(f.ino);
   steps_->DropPageCache(inos);
   // Cluster mode: one record for the step, whichever nodes ask at once.
   if (st = steps_->DecideCluster(&*plan); !st.ok()) {

@@ -9,7 +9,9 @@
 //      metadata makes it broken; a layout whose metadata lists no files
 //      (Hugging Face, DeepSpeed, unknown) first waits until the step was
 //      quiet for --commit-settle, so late ranks still land in it;
-//   3. every file of the step is fsynced, then the backing directory;
+//   3. every file of the step is made durable (DataStore::SyncFiles: one
+//      syncfs of the cache filesystem for many files), then the backing
+//      directory;
 //   4. CommitPort::FinishCommit writes the one synced manifest batch.
 //
 // Run index files (DeepSpeed `latest`, RecIS `checkpoint`) are read on the

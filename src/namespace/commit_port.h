@@ -4,7 +4,7 @@
 //
 //   BeginCommit  reserves the step (frozen: no new entries, no writes) and
 //                hands out its files;
-//   (the coordinator checks completeness, fsyncs the files and the data
+//   (the coordinator checks completeness, syncs the files and the data
 //    directory, DropPageCache)
 //   FinishCommit writes the one synced manifest batch that commits it, or
 //   AbortCommit  leaves it writing (to be asked again) or broken, or
@@ -55,6 +55,9 @@ class CommitPort {
     // Set by the coordinator from the step's own metadata.
     bool ephemeral = false;
     std::string best_ref;
+    // Set by the coordinator: how long making the files and their names
+    // durable took (the clock's ns), part of the latency above.
+    int64_t sync_ns = 0;
 
     // Cluster mode (SPEC section 9): the step is committed for every node.
     // GatherCluster fills other_parts with the other nodes' part records;
@@ -89,7 +92,7 @@ class CommitPort {
   // completeness check does not know: no error, the step stays writing.
   virtual void DropCommitRequest(uint64_t step_ino) = 0;
   // Writes the one synced batch that commits the step, and records the
-  // commit's latency.
+  // commit's latency and the part of it spent syncing data.
   virtual Status FinishCommit(const CommitPlan& plan) = 0;
   // EIO when the backing file of ino is no longer what its writer-library
   // client closed (changed around the daemon); Ok otherwise.

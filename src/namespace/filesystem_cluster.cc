@@ -698,6 +698,7 @@ Status FileSystem::FinishClusterCommitLocked(const CommitPlan& plan) {
   cluster_->AwaitingParts();
   metrics_.commits++;
   metrics_.commit_seconds.Observe(static_cast<double>(clock_->MonotonicNanos() - plan.began_ns) / 1e9);
+  metrics_.commit_sync_seconds.Observe(static_cast<double>(plan.sync_ns) / 1e9);
   nlohmann::json e = {{"event", "commit"}, {"path", plan.step_path}, {"step", rec.step}, {"state", "committed"},
                       {"bytes", rec.bytes}, {"files", rec.files}, {"committer", record.committer},
                       {"nodes", record.parts.size()}};

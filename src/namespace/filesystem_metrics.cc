@@ -36,6 +36,11 @@ std::string FileSystem::RenderMetricsLocked() {
           metrics_.retention_removals.load());
   metrics_.commit_seconds.Render("ckptfs_commit_duration_seconds",
                                  "Time from a commit starting (no writer left) to its synced batch.", &w);
+  metrics_.commit_sync_seconds.Render(
+      "ckptfs_commit_sync_duration_seconds",
+      "Part of each commit's duration spent making its files' data and "
+      "names durable (syncfs or fdatasync of each, data directory fsync).",
+      &w);
 
   std::map<std::string, uint64_t> by_state;
   for (StepState s : {StepState::kWriting, StepState::kCommitted, StepState::kIncomplete,

@@ -480,6 +480,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   }
   metrics_.commits++;
   metrics_.commit_seconds.Observe(static_cast<double>(clock_->MonotonicNanos() - plan.began_ns) / 1e9);
+  metrics_.commit_sync_seconds.Observe(static_cast<double>(plan.sync_ns) / 1e9);
   nlohmann::json e = {{"event", "commit"}, {"path", path}, {"step", rec.step}, {"state", "committed"},
                       {"bytes", rec.bytes}, {"files", rec.files}};
   events_->Append(std::move(e));

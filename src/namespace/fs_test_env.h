@@ -50,6 +50,9 @@ class SharedData final : public DataStore {
   }
   Status Remove(uint64_t ino) override { return target_->Remove(ino); }
   Status SyncDir() override { return target_->SyncDir(); }
+  Status SyncFiles(const std::vector<uint64_t>& inos, uint64_t* failed_ino) override {
+    return target_->SyncFiles(inos, failed_ino);
+  }
   Result<std::vector<uint64_t>> List() override { return target_->List(); }
   Result<Space> Capacity() override { return target_->Capacity(); }
 
