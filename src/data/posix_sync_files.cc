@@ -54,9 +54,10 @@ Status PosixDataStore::SyncFiles(const std::vector<uint64_t>& inos, uint64_t* fa
   // not something a filesystem-wide sync quietly covers.
   for (uint64_t ino : inos) {
     struct stat st{};
-    if (::lstat(PathOf(ino).c_str(), &st) != 0) {
+    const std::string path = PathOf(ino);
+    if (::lstat(path.c_str(), &st) != 0) {
       if (failed_ino != nullptr) *failed_ino = ino;
-      return Status::FromErrno("stat backing file " + PathOf(ino));
+      return Status::FromErrno("stat backing file " + path);
     }
   }
   int rc;
@@ -64,7 +65,8 @@ Status PosixDataStore::SyncFiles(const std::vector<uint64_t>& inos, uint64_t* fa
     rc = ::syncfs(syncfs_fd_);
   } while (rc != 0 && errno == EINTR);
   if (rc == 0) return Status::Ok();
-  const Status fs_error = Status::FromErrno("syncfs of the cache filesystem holding " + dir_);
+  const int err = errno;  // before anything else can change it
+  const Status fs_error = Status::FromErrno(err, "syncfs of the cache filesystem holding " + dir_);
   if (Status one = SyncOneByOne(this, inos, failed_ino); !one.ok()) {
     return Status::Error(one.err(), one.message() + " (after " + fs_error.message() + ")");
   }
