@@ -34,7 +34,7 @@ void FileSystem::SetPassthrough(BackingRegistry* registry, PassthroughSetting se
 
 int32_t FileSystem::PassthroughOpenLocked(Inode* inode, FileHandle* fh, bool resident) {
   if (!backing_registry_ || !fh->file || fh->file->fd() < 0) return -1;
-  auto fallback = [&](const char* why) {
+  auto fallback = [&](const char* why) REQUIRES(mu_) {
     passthrough_fallbacks_[why]++;
     return -1;
   };
