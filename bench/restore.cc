@@ -26,6 +26,7 @@
 //
 // Only the C++ standard library and POSIX, like write_throughput.cc.
 
+#include "bench_proc.h"
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -177,32 +178,15 @@ Options ParseArgs(int argc, char** argv) {
   return opt;
 }
 
-double NowSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+using bench::NowSeconds;
 
-// utime + stime of every thread of the process so far; a daemon that has gone
-// away is an error.
+// A daemon that has gone away is an error: the figures after it would be
+// meaningless.
 double CpuSeconds(long pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  std::ifstream in(path);
-  std::string text;
-  if (!in || !std::getline(in, text)) DieErrno("read", path);
-  const auto paren = text.rfind(')');  // the command name may hold ')'
-  if (paren == text.npos) Die("cannot parse " + path);
-  std::istringstream fields(text.substr(paren + 1));
-  std::string field;
-  unsigned long long utime = 0;
-  for (int n = 3; fields >> field; ++n) {
-    if (n == 14) utime = std::stoull(field);
-    if (n == 15) {
-      return static_cast<double>(utime + std::stoull(field)) /
-             static_cast<double>(sysconf(_SC_CLK_TCK));
-    }
-  }
-  Die("cannot parse " + path);
+  double seconds = 0;
+  std::string why;
+  if (!bench::ProcessCpuSeconds(pid, &seconds, &why)) Die(why);
+  return seconds;
 }
 
 // The bytes of file `file` from `offset` (a multiple of 8) on.

@@ -36,6 +36,7 @@
 // Only the C++ standard library and POSIX: the benchmark must build wherever
 // the daemon builds, and must not share code with it.
 
+#include "bench_proc.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -211,34 +212,15 @@ Options ParseArgs(int argc, char** argv) {
   return opt;
 }
 
-double NowSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+using bench::NowSeconds;
 
-// utime + stime of every thread of the process so far. A daemon that has
-// gone away is an error: the figures after it would be meaningless.
+// A daemon that has gone away is an error: the figures after it would be
+// meaningless.
 double CpuSeconds(long pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  std::ifstream in(path);
-  std::string text;
-  if (!in || !std::getline(in, text)) DieErrno("read", path);
-  // The command name (field 2) may hold spaces and ')': split after the last ')'.
-  const auto paren = text.rfind(')');
-  if (paren == text.npos) Die("cannot parse " + path);
-  std::istringstream fields(text.substr(paren + 1));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int n = 3; fields >> field; ++n) {
-    if (n == 14) utime = std::stoull(field);
-    if (n == 15) {
-      stime = std::stoull(field);
-      return static_cast<double>(utime + stime) /
-             static_cast<double>(sysconf(_SC_CLK_TCK));
-    }
-  }
-  Die("cannot parse " + path);
+  double seconds = 0;
+  std::string why;
+  if (!bench::ProcessCpuSeconds(pid, &seconds, &why)) Die(why);
+  return seconds;
 }
 
 // Pseudo-random bytes (splitmix64), so that neither side can win by
