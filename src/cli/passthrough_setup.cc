@@ -69,6 +69,7 @@ Result<std::unique_ptr<PassthroughChannel>> SetUpPassthrough(fuse_session* se, c
   }
   if (channel) {
     CKPTFS_RETURN_IF_ERROR(AnswerInit(se));
+    setting.handles_killpriv = channel->handles_killpriv();
     if (!channel->kernel_offered()) {
       setting.reason = "the kernel does not offer FUSE passthrough (Linux 6.9+ built with CONFIG_FUSE_PASSTHROUGH)";
     } else if (Status probe = channel->Probe(options.cache_dir); !probe.ok()) {
@@ -87,7 +88,8 @@ Result<std::unique_ptr<PassthroughChannel>> SetUpPassthrough(fuse_session* se, c
   events->Append({{"event", "passthrough"},
                   {"mode", setting.mode},
                   {"active", setting.active},
-                  {"reason", setting.reason}});
+                  {"reason", setting.reason},
+                  {"handles_killpriv", setting.handles_killpriv}});
   fs->SetPassthrough(setting.active ? channel.get() : nullptr, setting);
   return channel;
 }

@@ -61,6 +61,10 @@ struct FsMetrics {
   // Opens served by kernel passthrough: their reads and writes are in no
   // fuse_bytes counter.
   std::atomic<uint64_t> passthrough_opens{0};
+  // GETXATTR requests of every name. Before each write() the kernel asks for
+  // security.capability unless the daemon handles setuid/setgid bits itself
+  // (FUSE_HANDLE_KILLPRIV_V2): this shows whether writes still pay that trip.
+  std::atomic<uint64_t> getxattr_requests{0};
   // Commit latency: from the coordinator taking the step to the synced batch.
   Histogram commit_seconds{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60}};
   // The part of it spent making the step's data durable (file contents and

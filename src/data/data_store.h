@@ -85,6 +85,10 @@ class DataStore {
   // ino the error belongs to, or 0 when it cannot be pinned on one of them
   // (a writeback error syncfs reports for the filesystem as a whole).
   virtual Status SyncFiles(const std::vector<uint64_t>& inos, uint64_t* failed_ino) = 0;
+  // A writer closed ino's backing file: the store may start writing its
+  // data back now, without waiting for it, so that a later SyncFiles has
+  // less to do. A hint; never fails, never blocks on the disk.
+  virtual void StartWriteback(uint64_t /*ino*/) {}
   // Every ino that has a backing file, for recovery's orphan sweep.
   virtual Result<std::vector<uint64_t>> List() = 0;
   // Bytes free and total on the device holding the data, for statfs.

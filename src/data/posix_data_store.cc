@@ -149,6 +149,18 @@ PosixDataStore::~PosixDataStore() {
   if (syncfs_fd_ >= 0) ::close(syncfs_fd_);
 }
 
+void PosixDataStore::StartWriteback(uint64_t ino) {
+  std::call_once(writeback_once_, [this] {
+    writeback_ = std::make_unique<WritebackStarter>([this](uint64_t i) {
+      const int fd = ::open(PathOf(i).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return;  // removed meanwhile
+      (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+      ::close(fd);
+    });
+  });
+  writeback_->Enqueue(ino);
+}
+
 std::string PosixDataStore::PathOf(uint64_t ino) const {
   char name[kNameDigits + 1];
   std::snprintf(name, sizeof(name), "%016" PRIx64, ino);

@@ -12,12 +12,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "data/data_store.h"
+#include "data/writeback_starter.h"
 
 namespace ckptfs {
 
@@ -62,6 +64,9 @@ class PosixDataStore final : public DataStore {
   // below, fdatasync of each (posix_sync_files.cc says why).
   Status SyncFiles(const std::vector<uint64_t>& inos, uint64_t* failed_ino) override;
   static constexpr size_t kSyncfsFromFiles = 16;
+  // sync_file_range(SYNC_FILE_RANGE_WRITE) of the file, on the store's
+  // WritebackStarter thread (started at the first call).
+  void StartWriteback(uint64_t ino) override;
   // Ignores every name that is not exactly 16 lower-case hex digits.
   Result<std::vector<uint64_t>> List() override;
   Result<Space> Capacity() override;
@@ -89,6 +94,8 @@ class PosixDataStore final : public DataStore {
   // after it, whoever else saw it first. -1 where syncfs does not report
   // errors (older kernels): then every SyncFiles syncs one file at a time.
   const int syncfs_fd_;
+  std::once_flag writeback_once_;
+  std::unique_ptr<WritebackStarter> writeback_;  // set once, under writeback_once_
 };
 
 // Whether syncfs(2) on this kernel reports writeback errors (Linux 5.8+).

@@ -80,6 +80,12 @@ void OnInit(void* /*userdata*/, fuse_conn_info* conn) {
   // Without writeback caching every write reaches us in order and close()
   // means the data is in the backing file, which commit relies on.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Setuid/setgid bits on write, truncate and chown: without the
+  // passthrough channel the kernel drops them itself (with a SETATTR of the
+  // mode); with it, the channel accepts FUSE_HANDLE_KILLPRIV_V2 and the
+  // daemon drops them where the kernel marks a request so. libfuse's
+  // default, FUSE_CAP_HANDLE_KILLPRIV, would leave it to nobody.
+  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
 
@@ -113,6 +119,7 @@ void OnSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   if (to_set & FUSE_SET_ATTR_MTIME) s.mtime = attr->st_mtim;
   s.atime_now = (to_set & FUSE_SET_ATTR_ATIME_NOW) != 0;
   s.mtime_now = (to_set & FUSE_SET_ATTR_MTIME_NOW) != 0;
+  s.kill_suidgid = PassthroughChannel::RequestKillsSuidgid();
   auto r = Fs(req)->SetAttr(ino, s, fi ? Fh(fi) : nullptr);
   if (!r.ok()) return ReplyError(req, r.status());
   fuse_reply_attr(req, &r->attr, r->timeout);
@@ -183,6 +190,7 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (FileSystem::NeedsGroups(ino)) who.groups = GroupsOf(req);
   auto r = Fs(req)->OpenFile(ino, fi->flags, who.pid, &who, OpenFor::kKernel);
   if (!r.ok()) return ReplyError(req, r.status());
+  if (PassthroughChannel::RequestKillsSuidgid()) Fs(req)->DropSetIdBits(r->fh);  // O_TRUNC
   ReplyOpen(req, fi, *r);
 }
 
@@ -230,6 +238,7 @@ void OnWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* in, off_t off, 
     const ssize_t n = fuse_buf_copy(&out, in, static_cast<fuse_buf_copy_flags>(0));
     if (n < 0) return ReplyError(req, Status::FromErrno(static_cast<int>(-n), "write to backing file"));
     fs->NoteWritten(fh, static_cast<uint64_t>(off), static_cast<size_t>(n));
+    if (PassthroughChannel::RequestKillsSuidgid()) fs->DropSetIdBits(fh);
     fuse_reply_write(req, static_cast<size_t>(n));
     return;
   }
@@ -243,6 +252,7 @@ void OnWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* in, off_t off, 
   }
   auto n = fs->Write(fh, data.data(), static_cast<size_t>(copied), static_cast<uint64_t>(off));
   if (!n.ok()) return ReplyError(req, n.status());
+  if (PassthroughChannel::RequestKillsSuidgid()) fs->DropSetIdBits(fh);
   fuse_reply_write(req, *n);
 }
 

@@ -37,6 +37,8 @@ constexpr size_t kOpenOutSize = 16;
 
 std::atomic<bool> g_offered{false};
 std::atomic<bool> g_accepted{false};
+std::atomic<bool> g_killpriv_offered{false};
+std::atomic<bool> g_killpriv_accepted{false};
 std::atomic<uint32_t> g_stack_depth{0};  // 0: not installed
 
 // The request this thread read last, and the backing id its handler asked
@@ -44,6 +46,27 @@ std::atomic<uint32_t> g_stack_depth{0};  // 0: not installed
 thread_local uint64_t t_unique = 0;
 thread_local uint32_t t_opcode = 0;
 thread_local int32_t t_backing_id = -1;
+// Whether that request carries the kernel's "drop setuid/setgid" mark.
+thread_local bool t_kill_suidgid = false;
+
+// Where each request that can carry the mark keeps it, after the header:
+// fuse_write_in.write_flags, fuse_setattr_in.valid, fuse_open_in.open_flags,
+// fuse_create_in.open_flags.
+bool CarriesKillSuidgid(uint32_t opcode, const char* args, size_t len) {
+  size_t at = 0;
+  uint32_t bit = 0;
+  switch (opcode) {
+    case FUSE_WRITE: at = 20; bit = FUSE_WRITE_KILL_SUIDGID; break;
+    case FUSE_SETATTR: at = 0; bit = FATTR_KILL_SUIDGID; break;
+    case FUSE_OPEN: at = 4; bit = FUSE_OPEN_KILL_SUIDGID; break;
+    case FUSE_CREATE: at = 12; bit = FUSE_OPEN_KILL_SUIDGID; break;
+    default: return false;
+  }
+  if (len < at + 4) return false;
+  uint32_t v;
+  std::memcpy(&v, args + at, sizeof v);
+  return (v & bit) != 0;
+}
 
 uint32_t Load32(const char* p) {
   uint32_t v;
@@ -60,10 +83,13 @@ ssize_t ReadRequest(int fd, void* buf, size_t len, void* /*userdata*/) {
   t_unique = in.unique;
   t_opcode = in.opcode;
   t_backing_id = -1;
+  t_kill_suidgid = g_killpriv_accepted &&
+                   CarriesKillSuidgid(in.opcode, static_cast<const char*>(buf) + sizeof in, static_cast<size_t>(n) - sizeof in);
   if (in.opcode == FUSE_INIT && static_cast<size_t>(n) >= sizeof in + sizeof(fuse_init_in)) {
     fuse_init_in init;
     std::memcpy(&init, static_cast<const char*>(buf) + sizeof in, sizeof init);
     g_offered = (init.flags & FUSE_INIT_EXT) != 0 && (init.flags2 & kPassthroughFlags2) != 0;
+    g_killpriv_offered = (init.flags & FUSE_HANDLE_KILLPRIV_V2) != 0;
   }
   return n;
 }
@@ -84,17 +110,27 @@ ssize_t WriteReply(int fd, iovec* iov, int count, void* /*userdata*/) {
   fuse_out_header out;
   std::memcpy(&out, iov[0].iov_base, sizeof out);
   const bool ours = out.unique == t_unique && out.error == 0 && out.unique != 0;
-  const bool init = ours && t_opcode == FUSE_INIT && g_offered && g_stack_depth > 0;
+  const bool init = ours && t_opcode == FUSE_INIT && (g_offered || g_killpriv_offered) && g_stack_depth > 0;
   const bool open = ours && (t_opcode == FUSE_OPEN || t_opcode == FUSE_CREATE) && t_backing_id >= 0;
   if (!init && !open) return ::writev(fd, iov, count);
   // Small replies (INIT: 64 bytes; CREATE: 144): amend a copy.
   std::array<char, 256> payload;
   const size_t n = Flatten(iov, count, payload.data(), payload.size());
   if (init && n != SIZE_MAX && n >= kInitStackDepthOffset + 4) {
-    Store32(&payload[kInitFlagsOffset], Load32(&payload[kInitFlagsOffset]) | FUSE_INIT_EXT);
-    Store32(&payload[kInitFlags2Offset], Load32(&payload[kInitFlags2Offset]) | kPassthroughFlags2);
-    Store32(&payload[kInitStackDepthOffset], g_stack_depth);
-    g_accepted = true;
+    if (g_killpriv_offered) {
+      // The daemon drops setuid/setgid bits itself, where the kernel marks
+      // a request so; in return the kernel sets SB_NOSEC and stops asking
+      // for security.capability before every write (one GETXATTR round
+      // trip per write(), through passthrough too).
+      Store32(&payload[kInitFlagsOffset], Load32(&payload[kInitFlagsOffset]) | FUSE_HANDLE_KILLPRIV_V2);
+      g_killpriv_accepted = true;
+    }
+    if (g_offered) {
+      Store32(&payload[kInitFlagsOffset], Load32(&payload[kInitFlagsOffset]) | FUSE_INIT_EXT);
+      Store32(&payload[kInitFlags2Offset], Load32(&payload[kInitFlags2Offset]) | kPassthroughFlags2);
+      Store32(&payload[kInitStackDepthOffset], g_stack_depth);
+      g_accepted = true;
+    }
   } else if (open && n != SIZE_MAX && n >= kOpenOutSize) {
     char* open_out = &payload[n - kOpenOutSize];
     uint32_t flags = Load32(open_out + 8);
@@ -142,10 +178,14 @@ PassthroughChannel::~PassthroughChannel() {
   g_stack_depth = 0;
   g_offered = false;
   g_accepted = false;
+  g_killpriv_offered = false;
+  g_killpriv_accepted = false;
 }
 
 bool PassthroughChannel::kernel_offered() const { return g_offered; }
 bool PassthroughChannel::accepted() const { return g_accepted; }
+bool PassthroughChannel::handles_killpriv() const { return g_killpriv_accepted; }
+bool PassthroughChannel::RequestKillsSuidgid() { return t_kill_suidgid; }
 
 Result<int32_t> PassthroughChannel::Register(int fd) {
   BackingMap map{fd, 0, 0};

@@ -3,7 +3,8 @@
 // (fuse_session_custom_io), which amends two kinds of replies on their way
 // to the kernel:
 //   INIT        accepts the kernel's FUSE_PASSTHROUGH offer: the flag in
-//               flags2 and max_stack_depth (the u32 after flags2);
+//               flags2 and max_stack_depth (the u32 after flags2); and its
+//               FUSE_HANDLE_KILLPRIV_V2 offer (see RequestKillsSuidgid);
 //   OPEN/CREATE for an open FileSystem gave a backing id: FOPEN_PASSTHROUGH
 //               and the id in fuse_open_out's former padding.
 // It also registers backing files with the kernel (BackingRegistry, by the
@@ -42,6 +43,14 @@ class PassthroughChannel : public BackingRegistry {
   // the reply accepted it).
   bool kernel_offered() const;
   bool accepted() const;
+  // Whether INIT accepted FUSE_HANDLE_KILLPRIV_V2: the kernel no longer
+  // drops setuid/setgid bits itself but marks the requests that should.
+  bool handles_killpriv() const;
+
+  // The FUSE glue, while handling a WRITE, SETATTR, OPEN or CREATE: the
+  // kernel marked it to drop the file's setuid and setgid bits (the caller
+  // lacks CAP_FSETID, or it is a chown).
+  static bool RequestKillsSuidgid();
 
   // Registers a file of the cache filesystem and closes the id at once:
   // Ok when opens can be passed through, else why not (EPERM without

@@ -38,6 +38,10 @@ class CommitPort {
       std::string path;  // relative to the step directory
       uint64_t ino = 0;
       uint64_t size = 0;
+      // Closed by a writer-library client, which writes around the daemon:
+      // CheckUnchangedSinceClose has something to compare. Other files'
+      // bytes all came through the kernel, so there is nothing to check.
+      bool closed_around_daemon = false;
     };
     std::vector<File> files;
     // How the commit was asked for (accumulated over the pending request).

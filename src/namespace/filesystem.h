@@ -211,6 +211,10 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   int BackingFd(FileHandle* fh) const;
   // Before n bytes are written (Write does it itself): with --cache-size,
   // waits for room in the cache; ENOSPC when none comes.
+  // After a write through the daemon, or an open with O_TRUNC, that the
+  // kernel marked FUSE_WRITE_KILL_SUIDGID / FUSE_OPEN_KILL_SUIDGID (the
+  // caller lacks CAP_FSETID): the file loses its setuid and setgid bits.
+  void DropSetIdBits(FileHandle* fh);
   Status PrepareWrite(FileHandle* fh, size_t n);
   void NoteWritten(FileHandle* fh, uint64_t offset, size_t n);
   Status Flush(FileHandle* fh);
@@ -314,6 +318,9 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
     std::string mode = "off";  // as asked for: auto, on, off
     bool active = false;
     std::string reason;        // why not active (empty when active)
+    // FUSE_HANDLE_KILLPRIV_V2 accepted: no security.capability lookup
+    // before each write; the daemon drops setuid/setgid bits itself.
+    bool handles_killpriv = false;
   };
   void SetPassthrough(BackingRegistry* registry, PassthroughSetting setting);
 

@@ -90,6 +90,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
   if (req.mode) inode->rec.mode = (inode->rec.mode & S_IFMT) | (*req.mode & 07777);
   if (req.uid) inode->rec.uid = *req.uid;
   if (req.gid) inode->rec.gid = *req.gid;
+  if (req.kill_suidgid && inode->is_reg()) inode->rec.mode = ModeWithoutSetId(inode->rec.mode);
   if (req.atime_now) inode->rec.atime = now;
   else if (req.atime) inode->rec.atime = *req.atime;
   if (req.mtime_now) inode->rec.mtime = now;
@@ -102,7 +103,20 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
   return Attr{StatOf(*inode), options_.attr_timeout};
 }
 
+void FileSystem::DropSetIdBits(FileHandle* fh) {
+  MutexLock lock(&mu_);
+  Inode* inode = inodes_.Find(fh->ino);
+  if (!inode || !inode->is_reg() || ModeWithoutSetId(inode->rec.mode) == inode->rec.mode) return;
+  inode->rec.mode = ModeWithoutSetId(inode->rec.mode);
+  inode->rec.ctime = clock_->Now();
+  ManifestBatch batch;
+  InodeTable::Put(*inode, &batch);
+  inode->dirty = false;
+  (void)Apply(batch, false);  // a failed write is kept and reported by the journal
+}
+
 Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) {
+  metrics_.getxattr_requests++;
   if (VirtualNodes* v = VirtualNodesFor(ino)) return v->GetXattr(ino, name);
   // A step's state may have changed on another node.
   if (name.rfind("user.ckptfs.", 0) == 0) MaybeRefreshCluster();

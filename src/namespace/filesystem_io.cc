@@ -198,6 +198,7 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
 
 Status FileSystem::Flush(FileHandle* fh) {
   std::string publish;
+  bool closed_writer = false;
   {
     MutexLock lock(&mu_);
     Inode* inode = inodes_.Find(fh->ino);
@@ -212,12 +213,16 @@ Status FileSystem::Flush(FileHandle* fh) {
     }
     if (fh->writable && !fh->flushed) {
       fh->flushed = true;
+      closed_writer = fh->file != nullptr;
       if (inode->unflushed_writers > 0) inode->unflushed_writers--;
       if (IsMarkerName(inode->name)) RecordClosedMarkerLocked(fh->pid, inode, &batch);
     }
     CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
     if (fh->writable) publish = ClusterStepOfLocked(fh->ino);
   }
+  // The commit that follows syncs this file: its writeback starts now, while
+  // the trainer goes on (data/writeback_starter.h).
+  if (closed_writer) data_->StartWriteback(fh->ino);
   // Cluster mode: close() returns once the committing node can see the file.
   return PublishPartOf(publish);
 }

@@ -20,6 +20,10 @@ std::string FileSystem::RenderMetricsLocked() {
   counter("ckptfs_passthrough_opens_total",
           "Opens served by kernel FUSE passthrough: their reads and writes bypass the daemon.",
           metrics_.passthrough_opens.load());
+  counter("ckptfs_fuse_getxattr_requests_total",
+          "GETXATTR requests (the kernel asks for security.capability before writes unless the daemon "
+          "handles setuid/setgid bits itself).",
+          metrics_.getxattr_requests.load());
   counter("ckptfs_view_read_bytes_total", "Bytes read from .full/ views (full tensors assembled from shards).",
           metrics_.view_bytes_read.load());
   counter("ckptfs_writer_fastpath_bytes_total",

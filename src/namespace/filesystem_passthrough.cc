@@ -43,6 +43,10 @@ int32_t FileSystem::PassthroughOpenLocked(Inode* inode, FileHandle* fh, bool res
   if (!resident) return fallback("not_resident");
   // Opens already served by the daemon: the kernel refuses a mix.
   if (inode->open_handles > inode->passthrough_opens) return fallback("daemon_open");
+  // The kernel's passthrough writes never tell the daemon to drop setuid
+  // and setgid bits (FUSE_HANDLE_KILLPRIV_V2 leaves that to the daemon, which
+  // it does on the writes it sees): such a file is written through it.
+  if (fh->writable && ModeWithoutSetId(inode->rec.mode) != inode->rec.mode) return fallback("setid_bits");
   // With --cache-size, a write waits for eviction to make room; a write
   // the daemon does not see cannot.
   if (fh->writable && tier_ && tier_->LimitsCacheSize()) return fallback("cache_limit");
@@ -137,6 +141,7 @@ nlohmann::json FileSystem::PassthroughStatusLocked() {
           {"reason", passthrough_.reason},
           {"opens", metrics_.passthrough_opens.load()},
           {"files_open", passthrough_files_open_},
+          {"handles_killpriv", passthrough_.handles_killpriv},
           {"daemon_opens", fallbacks}};
 }
 

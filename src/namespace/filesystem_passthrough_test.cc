@@ -217,5 +217,55 @@ TEST_F(PassthroughTest, InactivePassthroughGivesNoIds) {
   EXPECT_EQ(st["reason"], "the kernel does not offer FUSE passthrough");
 }
 
+TEST_F(PassthroughTest, AWriteOpenOfASetIdFileGoesThroughTheDaemonWhichDropsTheBits) {
+  // The kernel's passthrough writes never ask the daemon to drop setuid or
+  // setgid bits (FUSE_HANDLE_KILLPRIV_V2 leaves that to the daemon), so a
+  // writer of such a file is served by the daemon, whose writes can.
+  auto c = fs().Create(kRoot, step_, "tool", 0755, O_WRONLY, OpenFor::kKernel);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(fs().Release(c->second.fh).ok());
+  SetAttrRequest chmod;
+  chmod.mode = 06775;
+  ASSERT_TRUE(fs().SetAttr(c->first.ino, chmod, nullptr).ok());
+  auto reader = fs().OpenFile(c->first.ino, O_RDONLY, 0, nullptr, OpenFor::kKernel);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_GE(reader->backing_id, 0) << "reading a set-id file changes no bits: passed through";
+  ASSERT_TRUE(fs().Release(reader->fh).ok());
+  auto writer = fs().OpenFile(c->first.ino, O_WRONLY, 0, nullptr, OpenFor::kKernel);
+  ASSERT_TRUE(writer.ok());
+  EXPECT_EQ(writer->backing_id, -1);
+  ASSERT_TRUE(fs().Write(writer->fh, "x", 1, 0).ok());
+  fs().DropSetIdBits(writer->fh);  // the kernel marked the write FUSE_WRITE_KILL_SUIDGID
+  EXPECT_EQ(fs().GetAttr(c->first.ino)->attr.st_mode & 07777, 0775u);
+  ASSERT_TRUE(fs().Release(writer->fh).ok());
+  EXPECT_EQ(Status()["daemon_opens"]["setid_bits"], 1);
+  // The bits are gone from the record, not just from memory.
+  env_.CleanRestart();
+  EXPECT_EQ(fs().Lookup(step_, "tool")->attr.st_mode & 07777, 0775u);
+}
+
+TEST_F(PassthroughTest, SetAttrMarkedToKillDropsSetuidAndSetgidWithGroupExecuteOnly) {
+  auto c = fs().Create(kRoot, step_, "f", 0644, O_WRONLY, OpenFor::kKernel);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(fs().Release(c->second.fh).ok());
+  SetAttrRequest chmod;
+  chmod.mode = 06764;  // setgid without group execute: mandatory locking, kept
+  ASSERT_TRUE(fs().SetAttr(c->first.ino, chmod, nullptr).ok());
+  SetAttrRequest chown;  // a chown: the kernel marks it to kill
+  chown.uid = 65534;
+  chown.kill_suidgid = true;
+  auto a = fs().SetAttr(c->first.ino, chown, nullptr);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->attr.st_mode & 07777, 02764u);
+  EXPECT_EQ(a->attr.st_uid, 65534u);
+  // A directory keeps its setgid bit (the kernel never marks one, but a
+  // mark must not turn inheritance off).
+  SetAttrRequest dir_mark;
+  dir_mark.kill_suidgid = true;
+  chmod.mode = 02775;
+  ASSERT_TRUE(fs().SetAttr(step_, chmod, nullptr).ok());
+  EXPECT_EQ(fs().SetAttr(step_, dir_mark, nullptr)->attr.st_mode & 07777, 02775u);
+}
+
 }  // namespace
 }  // namespace ckptfs

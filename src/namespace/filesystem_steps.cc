@@ -316,7 +316,11 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   plan.settle_ns = options_.commit_settle_ns;
   std::vector<std::pair<std::string, uint64_t>> files;
   CollectFiles(dir, "", &files);
-  for (auto& [path, ino] : files) plan.files.push_back({std::move(path), ino, inodes_.Find(ino)->rec.size});
+  for (auto& [path, ino] : files) {
+    const Inode* inode = inodes_.Find(ino);
+    const bool around = inode->checksum && inode->checksum->backing_inode != 0;
+    plan.files.push_back({std::move(path), ino, inode->rec.size, around});
+  }
   return plan;
 }
 

@@ -43,7 +43,20 @@ struct SetAttrRequest {
   std::optional<timespec> mtime;
   bool atime_now = false;
   bool mtime_now = false;
+  // The kernel asks the daemon to drop the setuid and setgid bits with this
+  // change (a truncate by a caller without CAP_FSETID, or a chown): with
+  // FUSE_HANDLE_KILLPRIV_V2 that is the daemon's job, not the kernel's.
+  bool kill_suidgid = false;
 };
+
+// The mode a write, truncate or chown leaves (as Linux's
+// setattr_should_drop_suidgid): setuid always goes; setgid goes only with
+// group execute (without it, setgid marks mandatory locking, not privilege).
+inline uint32_t ModeWithoutSetId(uint32_t mode) {
+  mode &= ~static_cast<uint32_t>(S_ISUID);
+  if (mode & S_IXGRP) mode &= ~static_cast<uint32_t>(S_ISGID);
+  return mode;
+}
 
 // Who asks. The kernel has already applied the umask to modes (we do not ask
 // for FUSE_CAP_DONT_MASK) and checked permissions (default_permissions).

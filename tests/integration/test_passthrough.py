@@ -246,6 +246,87 @@ def test_kill9_with_passthrough_files_open(make_ckptfs):
 NOBODY = 65534
 
 
+def test_writes_pay_no_security_capability_round_trip(mount):
+    """Before every write() the kernel asks the daemon for
+    security.capability (to drop file capabilities), unless the daemon took
+    that job at INIT (FUSE_HANDLE_KILLPRIV_V2, which the passthrough channel
+    accepts): then it asks once per inode, and passthrough writes reach the
+    daemon not at all."""
+    step = mount.path("run", "step1")
+    os.makedirs(step)
+    block = os.urandom(MIB)
+    before = metrics(mount)["ckptfs_fuse_getxattr_requests_total"]
+    fd = os.open(os.path.join(step, "x"), os.O_CREAT | os.O_WRONLY, 0o644)
+    for _ in range(64):
+        os.write(fd, block)
+    os.close(fd)
+    asked = metrics(mount)["ckptfs_fuse_getxattr_requests_total"] - before
+    pt = mount.status()["passthrough"]
+    if mount.passthrough:
+        assert pt["handles_killpriv"] is True
+        assert asked <= 2, f"{asked} GETXATTR requests for 64 writes"
+    else:
+        # No channel, so the kernel keeps the job, and asks on every write.
+        assert pt["handles_killpriv"] is False
+        assert asked >= 64, asked
+    with open(os.path.join(step, "x"), "rb") as f:
+        assert hashlib.sha256(f.read()).digest() == hashlib.sha256(block * 64).digest()
+
+
+def as_nobody(*cmd):
+    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *cmd],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"{cmd}: {r.stdout}{r.stderr}"
+
+
+def test_setuid_and_setgid_bits_drop_as_linux_drops_them(mount):
+    """A write or truncate by a process without CAP_FSETID drops setuid, and
+    setgid where group execute is set; root's writes keep them (whether the
+    kernel or, with the passthrough channel, the daemon does it)."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    run = mount.path("run")
+    os.makedirs(run)
+    os.chmod(run, 0o777)
+    tool = os.path.join(run, "tool")
+    with open(tool, "wb") as f:
+        f.write(b"#!/bin/sh\n")
+    os.chown(tool, NOBODY, NOBODY)
+    os.chmod(tool, 0o6777)
+
+    def bits():
+        return os.stat(tool).st_mode & 0o7777
+
+    with open(tool, "ab") as f:  # root: CAP_FSETID
+        f.write(b"# root\n")
+    assert bits() == 0o6777
+    as_nobody("/bin/sh", "-c", f"echo '# nobody' >> {tool}")
+    assert bits() == 0o0777
+    # Setgid without group execute is mandatory locking, not privilege: kept.
+    os.chmod(tool, 0o6767)
+    as_nobody("/bin/sh", "-c", f"echo '# again' >> {tool}")
+    assert bits() == 0o2767
+    os.chmod(tool, 0o4777)
+    as_nobody("truncate", "-s", "3", tool)
+    assert bits() == 0o0777 and os.path.getsize(tool) == 3
+    os.chmod(tool, 0o4777)
+    as_nobody("/bin/sh", "-c", f": > {tool}")  # open(O_TRUNC)
+    assert os.path.getsize(tool) == 0
+    if mount.passthrough:
+        # The kernel marks the OPEN (FUSE_OPEN_KILL_SUIDGID) for the daemon.
+        assert bits() == 0o0777
+    else:
+        # Without the channel the kernel keeps the job, and with atomic
+        # O_TRUNC (which ckptfs negotiates) it drops its own mode change:
+        # the bit stays, as on any FUSE filesystem without KILLPRIV_V2.
+        assert bits() == 0o4777
+    # The record says so after a restart too.
+    os.chmod(tool, 0o4777)
+    as_nobody("/bin/sh", "-c", f"echo x >> {tool}")
+    mount.restart()
+    assert bits() == 0o0777
+
+
 @pytest.fixture
 def unprivileged():
     """Runs commands as nobody, whose daemon mounts through fusermount3 and
