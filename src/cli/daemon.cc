@@ -4,6 +4,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -100,6 +101,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
     // with the daemon's one clock.
     RemoteTierOptions tier_options = options.tier;
     tier_options.clock = &d->clock_;
+    // A commit that settles for late ranks is still the trainer's save.
+    tier_options.commit_hold_ns =
+        std::max<int64_t>(tier_options.commit_hold_ns, options.fs.commit_settle_ns + 1'000'000'000);
     d->tier_ = std::make_unique<RemoteTier>(d->fs_.get(), d->fs_->data(), std::move(remote_store),
                                             d->events_.get(), tier_options);
     d->fs_->SetTierHooks(d->tier_.get());

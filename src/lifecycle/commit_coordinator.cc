@@ -282,7 +282,11 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
     std::snprintf(why, sizeof why, "settling: commits after %.3g s without writes in the step (%s)",
                   static_cast<double>(settle_ns) / 1e9, check.reason.c_str());
     steps_->AbortCommit(step_ino, Status::Error(EAGAIN, why), /*waiting=*/true, /*broken=*/false, /*settling=*/true);
-    if (plan->cluster) RequestAfter(step_ino, std::max(kClusterPollNs, settle_ns - plan->quiet_ns));
+    // Asked again when the quiet is due (the idle tick, once a second, would
+    // add up to 1 s to every settling commit); activity in the meantime
+    // makes that attempt settle again.
+    const int64_t due = settle_ns - plan->quiet_ns;
+    RequestAfter(step_ino, plan->cluster ? std::max(kClusterPollNs, due) : due);
     return;
   }
 

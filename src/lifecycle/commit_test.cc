@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "namespace/fs_test_env.h"
 
@@ -177,6 +178,51 @@ TEST(CommitTest, ExplicitCommitWaitsForTheOutcome) {
   EXPECT_EQ(st.err(), ETIMEDOUT) << st.ToString();
   EXPECT_EQ(StateOf(fs, s8), "writing");
   ASSERT_TRUE(fs.Release(open_writer).ok());
+}
+
+TEST(CommitTest, APendingCommitHoldsUploadsBackUntilItEnds) {
+  // Uploads (RemoteTier) start only when CommitPendingSinceNs is 0 or old
+  // enough: a commit settling for late ranks, or waiting for files, is
+  // still the trainer's save.
+  FileSystemOptions options;
+  options.commit_settle_ns = 2'000'000'000;
+  FsEnv env(options, /*keep_settle=*/true);
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step1");
+  WriteFile(fs, step, "a", "1");
+  EXPECT_EQ(fs.CommitPendingSinceNs(), 0);
+  const int64_t asked = env.clock.MonotonicNanos();
+  fs.RequestCommit(step);
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "writing");  // settling
+  EXPECT_EQ(fs.CommitPendingSinceNs(), asked);
+  env.clock.Advance(2'000'000'000);
+  fs.RequestSettledCommits();
+  env.DrainCommits();
+  EXPECT_EQ(StateOf(fs, step), "committed");
+  EXPECT_EQ(fs.CommitPendingSinceNs(), 0);
+}
+
+TEST(CommitTest, ASettlingCommitLandsWhenTheQuietIsDueNotAtTheNextTick) {
+  FileSystemOptions options;
+  options.commit_settle_ns = 1'500'000'000;
+  FsEnv env(options, /*keep_settle=*/true);
+  CommitCoordinator coordinator(&env.fs(), env.fs().data(), env.fs().clock());
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step1");
+  WriteFile(fs, step, "a", "1");
+  const int64_t written = env.clock.MonotonicNanos();
+  ASSERT_TRUE(fs.CommitAndWait(step).ok());  // accepted: settling
+  // The coordinator's idle tick comes once a second (here at 1 s and 2 s):
+  // the commit must not wait for the one at 2 s.
+  for (int i = 0; i < 100 && StateOf(fs, step) != "committed"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (StateOf(fs, step) != "committed") env.clock.Advance(50'000'000);
+  }
+  ASSERT_EQ(StateOf(fs, step), "committed");
+  const int64_t took = env.clock.MonotonicNanos() - written;
+  EXPECT_GE(took, 1'500'000'000);
+  EXPECT_LT(took, 1'900'000'000);
 }
 
 TEST(CommitTest, EveryRequestReachesTheWorkerThread) {

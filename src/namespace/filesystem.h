@@ -405,7 +405,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   FsMetrics& metrics() { return metrics_; }
   // TierPort: saves in progress (atomics, no lock).
   int OpenWriters() const override { return open_writers_total_.load(std::memory_order_relaxed); }
-  int64_t ClusterCommitPendingSinceNs() override;
+  int64_t CommitPendingSinceNs() override;
   int64_t LastSaveActivityNs() const override {
     return last_save_activity_ns_.load(std::memory_order_relaxed);
   }
@@ -707,7 +707,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   std::atomic<int> open_writers_total_{0};
   std::atomic<int64_t> last_save_activity_ns_{0};
   // Cluster mode: steps this node published a part of, with when it last
-  // did, until they leave `writing` (ClusterCommitPendingSinceNs).
+  // did, until they leave `writing` (CommitPendingSinceNs).
   std::map<uint64_t, int64_t> cluster_published_ GUARDED_BY(mu_);
 
   // Remote tier state (filesystem_tiering.cc).

@@ -72,14 +72,17 @@ std::string FileSystem::ClusterStepOfLocked(uint64_t ino) {
     return "";
   }
   // Callers publish this node's part of the step: its uploads now wait for
-  // the commit (ClusterCommitPendingSinceNs).
+  // the commit (CommitPendingSinceNs).
   if (it->second.state == StepState::kWriting) cluster_published_[step] = clock_->MonotonicNanos();
   return inodes_.PathOf(step);
 }
 
-int64_t FileSystem::ClusterCommitPendingSinceNs() {
+int64_t FileSystem::CommitPendingSinceNs() {
   MutexLock lock(&mu_);
   int64_t newest = 0;
+  for (const auto& [ino, rt] : steps_.runtimes()) {
+    if (rt.commit_wanted) newest = std::max(newest, rt.wanted_since);
+  }
   for (auto it = cluster_published_.begin(); it != cluster_published_.end();) {
     auto step = steps_.find(it->first);
     if (step == steps_.end() || step->second.state != StepState::kWriting) {

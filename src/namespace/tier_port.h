@@ -142,11 +142,13 @@ class TierPort {
   // (monotonic ns): a trainer between two files is still saving.
   virtual int OpenWriters() const = 0;
   virtual int64_t LastSaveActivityNs() const = 0;
-  // Cluster mode: when this node last published its part of a step that is
-  // still being committed (monotonic ns; 0 = none). Uploads wait for the
-  // commit, for a bounded time, so that the commit's small requests do not
-  // queue behind this node's data in the same bucket.
-  virtual int64_t ClusterCommitPendingSinceNs() { return 0; }
+  // When the newest commit still pending began to be waited for (monotonic
+  // ns; 0 = none): a step asked to commit and not committed yet (settling,
+  // waiting for files, syncing), or, in cluster mode, a step this node
+  // published a part of. Uploads wait for the commit, for a bounded time, so
+  // that the commit's syncs and (in cluster mode) small requests do not queue
+  // behind uploads on the same disk, cores and bucket.
+  virtual int64_t CommitPendingSinceNs() { return 0; }
 };
 
 }  // namespace ckptfs

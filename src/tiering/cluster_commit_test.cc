@@ -125,17 +125,17 @@ TEST(ClusterCommitTest, UploadsOfAPublishedPartWaitForTheCommit) {
   Node b("b", &bucket);
   const uint64_t step_a = a.Step("step1");
   const uint64_t step_b = b.Step("step1");
-  EXPECT_EQ(b.fs().ClusterCommitPendingSinceNs(), 0);
+  EXPECT_EQ(b.fs().CommitPendingSinceNs(), 0);
   WriteFile(a.fs(), step_a, "x", "AAA");
   WriteFile(b.fs(), step_b, "y", "BBBB");
   // Each node published its part: its uploads hold back (RemoteTier's
   // commit_hold) so that the commit's requests do not queue behind them.
-  EXPECT_NE(a.fs().ClusterCommitPendingSinceNs(), 0);
-  EXPECT_NE(b.fs().ClusterCommitPendingSinceNs(), 0);
+  EXPECT_NE(a.fs().CommitPendingSinceNs(), 0);
+  EXPECT_NE(b.fs().CommitPendingSinceNs(), 0);
   a.Commit(step_a);
-  EXPECT_EQ(a.fs().ClusterCommitPendingSinceNs(), 0);
+  EXPECT_EQ(a.fs().CommitPendingSinceNs(), 0);
   EXPECT_EQ(b.State(step_b), "committed");  // b's view refreshes here
-  EXPECT_EQ(b.fs().ClusterCommitPendingSinceNs(), 0);
+  EXPECT_EQ(b.fs().CommitPendingSinceNs(), 0);
 }
 
 TEST(ClusterCommitTest, ANodeWithoutTheStepSeesItAfterTheCommit) {

@@ -70,14 +70,15 @@ size_t RemoteTier::UploadsAllowedNow() {
   // The trainer's save comes first (SPEC section 4: saves at local-disk
   // speed): while files in steps are being written, and for a short quiet
   // period after the last one closed (a trainer between two files is still
-  // saving), no new upload starts; in cluster mode, nor while a step this
-  // node published a part of is being committed (up to commit_hold). A save
+  // saving), no new upload starts; nor while a step is being committed (asked
+  // to commit and not committed yet, or in cluster mode a step this node
+  // published a part of), for up to commit_hold from when that began. A save
   // that goes on for longer than save_grace gets one upload stream, so
   // uploads are never starved.
   const int64_t now = clock_->MonotonicNanos();
-  const int64_t published = ns_->ClusterCommitPendingSinceNs();
+  const int64_t committing = ns_->CommitPendingSinceNs();
   const bool saving = ns_->OpenWriters() > 0 || now - ns_->LastSaveActivityNs() < options_.save_quiet_ns ||
-                      (published != 0 && now - published < options_.commit_hold_ns);
+                      (committing != 0 && now - committing < options_.commit_hold_ns);
   MutexLock lock(&mu_);
   if (!saving) {
     saving_since_ = 0;
