@@ -124,6 +124,8 @@ class ClusterBook : public ClusterHooks {
   // The proposal a step index entry's body names ("" when unreadable).
   std::string ProposalIn(const std::string& key);
   Result<PartRecord> GetPart(const std::string& step_path, const std::string& node);
+  // GetPart of each (step, node), kGatherParallel at a time, in order.
+  std::vector<Result<PartRecord>> GetParts(const std::vector<ClusterPort::AwaitedPart>& which);
   void Loop() EXCLUDES(mu_);
   // The background work; returns true when parts are still awaited.
   bool Pass() EXCLUDES(mu_);
