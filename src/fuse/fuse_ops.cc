@@ -83,8 +83,9 @@ void OnInit(void* /*userdata*/, fuse_conn_info* conn) {
   // Setuid/setgid bits on write, truncate and chown: without the
   // passthrough channel the kernel drops them itself (with a SETATTR of the
   // mode); with it, the channel accepts FUSE_HANDLE_KILLPRIV_V2 and the
-  // daemon drops them where the kernel marks a request so. libfuse's
-  // default, FUSE_CAP_HANDLE_KILLPRIV, would leave it to nobody.
+  // daemon drops them where the kernel marks a request so. Never the first
+  // FUSE_HANDLE_KILLPRIV, which would leave it to a daemon that does not
+  // drop them on its own.
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
