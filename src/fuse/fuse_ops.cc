@@ -238,8 +238,8 @@ void OnWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* in, off_t off, 
     fuse_bufvec out = FdBufVec(fuse_buf_size(in), fd, off);
     const ssize_t n = fuse_buf_copy(&out, in, static_cast<fuse_buf_copy_flags>(0));
     if (n < 0) return ReplyError(req, Status::FromErrno(static_cast<int>(-n), "write to backing file"));
-    fs->NoteWritten(fh, static_cast<uint64_t>(off), static_cast<size_t>(n));
-    if (PassthroughChannel::RequestKillsSuidgid()) fs->DropSetIdBits(fh);
+    fs->NoteWritten(fh, static_cast<uint64_t>(off), static_cast<size_t>(n),
+                    PassthroughChannel::RequestKillsSuidgid());
     fuse_reply_write(req, static_cast<size_t>(n));
     return;
   }
@@ -251,9 +251,9 @@ void OnWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* in, off_t off, 
     fuse_reply_err(req, static_cast<int>(-copied));
     return;
   }
-  auto n = fs->Write(fh, data.data(), static_cast<size_t>(copied), static_cast<uint64_t>(off));
+  auto n = fs->Write(fh, data.data(), static_cast<size_t>(copied), static_cast<uint64_t>(off),
+                     PassthroughChannel::RequestKillsSuidgid());
   if (!n.ok()) return ReplyError(req, n.status());
-  if (PassthroughChannel::RequestKillsSuidgid()) fs->DropSetIdBits(fh);
   fuse_reply_write(req, *n);
 }
 

@@ -205,18 +205,20 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // the remote); Read does it itself, the FUSE glue's splice path calls it
   // before handing the backing descriptor to the kernel.
   Status PrepareRead(FileHandle* fh, uint64_t offset, size_t n);
-  Result<size_t> Write(FileHandle* fh, const void* buf, size_t n, uint64_t offset);
+  Result<size_t> Write(FileHandle* fh, const void* buf, size_t n, uint64_t offset, bool kill_suidgid = false);
   // For the FUSE glue's splice path: the backing descriptor (or -1), and the
   // bookkeeping to do after it wrote n bytes at offset itself.
   int BackingFd(FileHandle* fh) const;
+  // After an open with O_TRUNC that the kernel marked FUSE_OPEN_KILL_SUIDGID
+  // (the caller lacks CAP_FSETID): the file loses its setuid and setgid bits.
+  void DropSetIdBits(FileHandle* fh);
   // Before n bytes are written (Write does it itself): with --cache-size,
   // waits for room in the cache; ENOSPC when none comes.
-  // After a write through the daemon, or an open with O_TRUNC, that the
-  // kernel marked FUSE_WRITE_KILL_SUIDGID / FUSE_OPEN_KILL_SUIDGID (the
-  // caller lacks CAP_FSETID): the file loses its setuid and setgid bits.
-  void DropSetIdBits(FileHandle* fh);
   Status PrepareWrite(FileHandle* fh, size_t n);
-  void NoteWritten(FileHandle* fh, uint64_t offset, size_t n);
+  // kill_suidgid: the kernel marked the write FUSE_WRITE_KILL_SUIDGID (the
+  // writer lacks CAP_FSETID): the file loses its setuid and setgid bits, in
+  // the same update as its size.
+  void NoteWritten(FileHandle* fh, uint64_t offset, size_t n, bool kill_suidgid = false);
   Status Flush(FileHandle* fh);
   Status Fsync(FileHandle* fh, bool datasync);
   Status Release(FileHandle* fh);

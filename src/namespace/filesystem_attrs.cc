@@ -107,7 +107,7 @@ void FileSystem::DropSetIdBits(FileHandle* fh) {
   MutexLock lock(&mu_);
   Inode* inode = inodes_.Find(fh->ino);
   if (!inode || !inode->is_reg() || ModeWithoutSetId(inode->rec.mode) == inode->rec.mode) return;
-  inode->rec.mode = ModeWithoutSetId(inode->rec.mode);
+  inode->rec.mode = ModeWithoutSetId(inode->rec.mode);  // O_TRUNC: no write to ride with
   inode->rec.ctime = clock_->Now();
   ManifestBatch batch;
   InodeTable::Put(*inode, &batch);

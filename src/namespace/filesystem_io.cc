@@ -158,12 +158,12 @@ Status FileSystem::EnsureReadable(FileHandle* fh, uint64_t offset, size_t n) {
   return tier_->EnsureLocal(fh->ino, fh->remote_key, fh->remote_size, fh->file.get(), offset, len);
 }
 
-Result<size_t> FileSystem::Write(FileHandle* fh, const void* buf, size_t n, uint64_t offset) {
+Result<size_t> FileSystem::Write(FileHandle* fh, const void* buf, size_t n, uint64_t offset, bool kill_suidgid) {
   if (!fh->writable || !fh->file) return Status::Error(EBADF, "not open for writing");
   CKPTFS_RETURN_IF_ERROR(PrepareWrite(fh, n));
   auto written = fh->file->PWrite(buf, n, offset);
   if (!written.ok()) return written.status();
-  NoteWritten(fh, offset, *written);
+  NoteWritten(fh, offset, *written, kill_suidgid);
   return written;
 }
 
@@ -176,13 +176,14 @@ Status FileSystem::PrepareWrite(FileHandle* /*fh*/, size_t n) {
 
 int FileSystem::BackingFd(FileHandle* fh) const { return fh->file ? fh->file->fd() : -1; }
 
-void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n) {
+void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n, bool kill_suidgid) {
   metrics_.fuse_bytes_written += n;
   MutexLock lock(&mu_);
   Inode* inode = inodes_.Find(fh->ino);
   if (!inode) return;
   inode->rec.size = std::max<uint64_t>(inode->rec.size, offset + n);
   inode->rec.mtime = inode->rec.ctime = clock_->Now();
+  if (kill_suidgid && inode->is_reg()) inode->rec.mode = ModeWithoutSetId(inode->rec.mode);
   inode->dirty = true;
   NoteActivity(fh->ino);
   if (fh->flushed) {

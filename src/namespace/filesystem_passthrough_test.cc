@@ -234,9 +234,12 @@ TEST_F(PassthroughTest, AWriteOpenOfASetIdFileGoesThroughTheDaemonWhichDropsTheB
   auto writer = fs().OpenFile(c->first.ino, O_WRONLY, 0, nullptr, OpenFor::kKernel);
   ASSERT_TRUE(writer.ok());
   EXPECT_EQ(writer->backing_id, -1);
-  ASSERT_TRUE(fs().Write(writer->fh, "x", 1, 0).ok());
-  fs().DropSetIdBits(writer->fh);  // the kernel marked the write FUSE_WRITE_KILL_SUIDGID
+  ASSERT_TRUE(fs().Write(writer->fh, "x", 1, 0).ok());  // root's write: CAP_FSETID, no mark
+  EXPECT_EQ(fs().GetAttr(c->first.ino)->attr.st_mode & 07777, 06775u);
+  // The kernel marked this one FUSE_WRITE_KILL_SUIDGID.
+  ASSERT_TRUE(fs().Write(writer->fh, "y", 1, 1, /*kill_suidgid=*/true).ok());
   EXPECT_EQ(fs().GetAttr(c->first.ino)->attr.st_mode & 07777, 0775u);
+  ASSERT_TRUE(fs().Flush(writer->fh).ok());
   ASSERT_TRUE(fs().Release(writer->fh).ok());
   EXPECT_EQ(Status()["daemon_opens"]["setid_bits"], 1);
   // The bits are gone from the record, not just from memory.
