@@ -28,11 +28,6 @@ void WritebackStarter::Enqueue(uint64_t ino) {
   cv_.notify_one();
 }
 
-uint64_t WritebackStarter::started() const {
-  MutexLock lock(&mu_);
-  return started_;
-}
-
 uint64_t WritebackStarter::skipped() const {
   MutexLock lock(&mu_);
   return skipped_;
@@ -48,7 +43,6 @@ void WritebackStarter::Run() {
     lock.Unlock();
     start_(ino);
     lock.Lock();
-    started_++;
   }
 }
 

@@ -44,9 +44,7 @@ class WritebackStarter {
 
   static constexpr size_t kMaxQueued = 4096;
 
-  // Files whose writeback was started, and closes that started none because
-  // the queue was full.
-  uint64_t started() const EXCLUDES(mu_);
+  // Closes that started no writeback because the queue was full.
   uint64_t skipped() const EXCLUDES(mu_);
 
  private:
@@ -57,7 +55,6 @@ class WritebackStarter {
   std::condition_variable cv_;
   std::deque<uint64_t> queue_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
-  uint64_t started_ GUARDED_BY(mu_) = 0;
   uint64_t skipped_ GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts once the members above exist
 };
