@@ -522,6 +522,9 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // Publishes this node's part of the step (no-op for ""); call without mu_.
   // EIO when the bucket cannot take it.
   Status PublishPartOf(const std::string& step_path) EXCLUDES(mu_);
+  // fsync's local half: the backing file (and a new file's directory entry)
+  // made durable, and the inode's record written with a synced batch.
+  Status SyncFileAndRecord(FileHandle* fh) EXCLUDES(mu_);
   // Brings the cluster's steps up to date when the view is older than
   // --refresh; call without mu_.
   void MaybeRefreshCluster() EXCLUDES(mu_);

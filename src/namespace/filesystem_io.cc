@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
+#include <system_error>
 
 #include "namespace/file_handle.h"
 #include "namespace/filesystem.h"
@@ -250,6 +252,35 @@ void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestB
 
 Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {
   if (!fh->file) return Status::Ok();
+  // Cluster mode: fsync() returns once this node's part names the file.
+  // That PUT does not depend on the data being on disk (close() publishes
+  // without syncing at all), so it runs while the file syncs: the trainer
+  // waits for the slower of the two, not for their sum.
+  std::string publish;
+  {
+    MutexLock lock(&mu_);
+    Inode* inode = inodes_.Find(fh->ino);
+    if (inode && fh->writable && inode->rec.nlink > 0) {
+      // The part record takes the size the kernel wrote behind our back.
+      if (fh->passthrough) SyncFromBackingLocked(inode);
+      publish = ClusterStepOfLocked(fh->ino);
+    }
+  }
+  std::future<Status> published;
+  if (!publish.empty()) {
+    try {
+      published = std::async(std::launch::async, [this, publish] { return PublishPartOf(publish); });
+    } catch (const std::system_error&) {
+      // No thread to be had: publish after the sync instead.
+    }
+  }
+  Status synced = SyncFileAndRecord(fh);
+  Status put = published.valid() ? published.get() : PublishPartOf(publish);
+  CKPTFS_RETURN_IF_ERROR(synced);
+  return put;
+}
+
+Status FileSystem::SyncFileAndRecord(FileHandle* fh) {
   CKPTFS_RETURN_IF_ERROR(fh->file->Sync());
   bool sync_dir = false;
   {
@@ -267,10 +298,7 @@ Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {
   ManifestBatch batch;
   if (inode->rec.nlink > 0) InodeTable::Put(*inode, &batch);
   inode->dirty = false;
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
-  const std::string publish = fh->writable && inode->rec.nlink > 0 ? ClusterStepOfLocked(fh->ino) : "";
-  lock.Unlock();
-  return PublishPartOf(publish);
+  return Apply(batch, true);
 }
 
 Status FileSystem::Release(FileHandle* fh) {

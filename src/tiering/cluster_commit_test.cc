@@ -6,10 +6,15 @@
 
 #include <fcntl.h>
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 
+#include "data/memory_data_store.h"
 #include "namespace/fs_test_env.h"
 #include "remote/memory_object_store.h"
 #include "tiering/cluster_book.h"
@@ -19,8 +24,9 @@ namespace {
 
 class Node {
  public:
-  Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0, bool uploads = true)
-      : env_(Options(name, uploads)) {
+  Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0, bool uploads = true,
+       DataStore* data = nullptr)
+      : env_(Options(name, uploads), data) {
     ClusterBookOptions o;
     o.node = name;
     o.cache_id = "cache-" + name;
@@ -90,6 +96,110 @@ TEST(ClusterCommitTest, ClosePublishesThePartBeforeItReturns) {
   EXPECT_EQ(part->cache_id, "cache-a");
   EXPECT_EQ(part->open_writers, 0u);
   EXPECT_EQ(a.book().counters().part_puts.load(), 1u);
+}
+
+// A data store whose files' Sync() first runs a hook (then syncs as
+// MemoryDataStore does): a test sees what else happens while fsync waits
+// for the disk.
+class SyncHookedData final : public DataStore {
+ public:
+  explicit SyncHookedData(std::function<void()> on_sync) : on_sync_(std::move(on_sync)) {}
+  Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override {
+    auto file = data_.Open(ino, create);
+    if (!file.ok()) return file.status();
+    return std::unique_ptr<BackingFile>(std::make_unique<HookedFile>(std::move(file).value(), &on_sync_));
+  }
+  Status Remove(uint64_t ino) override { return data_.Remove(ino); }
+  Status SyncDir() override { return data_.SyncDir(); }
+  Status SyncFiles(const std::vector<uint64_t>& inos, uint64_t* failed_ino) override {
+    return data_.SyncFiles(inos, failed_ino);
+  }
+  Result<std::vector<uint64_t>> List() override { return data_.List(); }
+  Result<Space> Capacity() override { return data_.Capacity(); }
+
+ private:
+  class HookedFile final : public BackingFile {
+   public:
+    HookedFile(std::unique_ptr<BackingFile> file, std::function<void()>* on_sync)
+        : file_(std::move(file)), on_sync_(on_sync) {}
+    Result<size_t> PRead(void* buf, size_t n, uint64_t offset) override { return file_->PRead(buf, n, offset); }
+    Result<size_t> PWrite(const void* buf, size_t n, uint64_t offset) override {
+      return file_->PWrite(buf, n, offset);
+    }
+    Status Truncate(uint64_t size) override { return file_->Truncate(size); }
+    Status Sync() override {
+      (*on_sync_)();
+      return file_->Sync();
+    }
+    Result<uint64_t> Size() override { return file_->Size(); }
+
+   private:
+    std::unique_ptr<BackingFile> file_;
+    std::function<void()>* on_sync_;
+  };
+  MemoryDataStore data_;
+  std::function<void()> on_sync_;
+};
+
+TEST(ClusterCommitTest, FsyncPublishesThePartWhileTheFileSyncs) {
+  // fsync() returns once the part names the file; that PUT does not wait for
+  // the disk: a Sync() that lasts longer than the PUT sees the part in the
+  // bucket before it ends. (Published after the sync, the part would never
+  // appear while the hook waits, and the file would be missing from it.)
+  MemoryObjectStore bucket;
+  std::atomic<bool> seen_during_sync{false};
+  std::atomic<bool> armed{false};
+  SyncHookedData data([&] {
+    if (!armed.load()) return;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < give_up) {
+      auto body = bucket.GetRange(PartRecordKey("run/step1", "a"), 0, UINT64_MAX);
+      auto part = body.ok() ? DecodePartRecord(*body) : Result<PartRecord>(body.status());
+      if (part.ok() && part->files.size() == 1 && part->files[0].path == "x" && part->files[0].size == 3) {
+        seen_during_sync = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  Node a("a", &bucket, 0, true, &data);
+  const uint64_t step = a.Step("step1");
+  auto c = a.fs().Create(kRoot, step, "x", 0644, O_WRONLY);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(a.fs().Write(c->second.fh, "AAA", 3, 0).ok());
+  armed = true;
+  ASSERT_TRUE(a.fs().Fsync(c->second.fh, false).ok());
+  armed = false;
+  EXPECT_TRUE(seen_during_sync.load()) << "the part was not in the bucket while the file synced";
+  EXPECT_EQ(a.book().counters().part_puts.load(), 1u);
+  // The part names the file as written, still open for writing.
+  auto body = bucket.GetRange(PartRecordKey("run/step1", "a"), 0, UINT64_MAX);
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  auto part = DecodePartRecord(*body);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  EXPECT_EQ(part->open_writers, 1u);
+  ASSERT_TRUE(a.fs().Flush(c->second.fh).ok());
+  ASSERT_TRUE(a.fs().Release(c->second.fh).ok());
+}
+
+TEST(ClusterCommitTest, FsyncReportsAFailedPublicationAfterTheSync) {
+  // The bucket refuses the part: fsync() fails with EIO (the committing
+  // node could not know of the file), though the data did sync.
+  MemoryObjectStore bucket;
+  std::atomic<int> syncs{0};
+  SyncHookedData data([&] { syncs++; });
+  Node a("a", &bucket, 0, true, &data);
+  const uint64_t step = a.Step("step1");
+  auto c = a.fs().Create(kRoot, step, "x", 0644, O_WRONLY);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(a.fs().Write(c->second.fh, "AAA", 3, 0).ok());
+  bucket.SetUnavailable(true);
+  const int before = syncs.load();
+  Status st = a.fs().Fsync(c->second.fh, false);
+  EXPECT_EQ(st.err(), EIO) << st.ToString();
+  EXPECT_EQ(syncs.load(), before + 1);
+  bucket.SetUnavailable(false);
+  EXPECT_TRUE(a.fs().Release(c->second.fh).ok());
 }
 
 TEST(ClusterCommitTest, OneNodesCommitCoversTheUnionAndTheOtherAdoptsIt) {
