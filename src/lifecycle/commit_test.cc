@@ -203,6 +203,32 @@ TEST(CommitTest, APendingCommitHoldsUploadsBackUntilItEnds) {
   EXPECT_EQ(fs.CommitPendingSinceNs(), 0);
 }
 
+TEST(CommitTest, TheCommitOfTheLastWrittenStepEndsTheSavesQuietPeriod) {
+  // Uploads wait a quiet period after the last close of a file in a step
+  // (a trainer between two files is still saving): LastSaveActivityNs. The
+  // commit of that step ends the save, so the wait ends with it.
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t step1 = Mkdir(fs, kRootIno, "step1");
+  const uint64_t step2 = Mkdir(fs, kRootIno, "step2");
+  EXPECT_EQ(fs.LastSaveActivityNs(), 0);
+  WriteFile(fs, step1, "a", "1");
+  EXPECT_EQ(fs.LastSaveActivityNs(), env.clock.MonotonicNanos());
+  env.clock.Advance(1'000'000);
+  WriteFile(fs, step2, "b", "2");
+  const int64_t closed2 = env.clock.MonotonicNanos();
+  // step1 commits, but the last writer closed was step2's: its trainer may
+  // be between files still.
+  fs.RequestCommit(step1);
+  env.DrainCommits();
+  ASSERT_EQ(StateOf(fs, step1), "committed");
+  EXPECT_EQ(fs.LastSaveActivityNs(), closed2);
+  fs.RequestCommit(step2);
+  env.DrainCommits();
+  ASSERT_EQ(StateOf(fs, step2), "committed");
+  EXPECT_EQ(fs.LastSaveActivityNs(), 0);
+}
+
 TEST(CommitTest, ASettlingCommitLandsWhenTheQuietIsDueNotAtTheNextTick) {
   FileSystemOptions options;
   options.commit_settle_ns = 1'500'000'000;

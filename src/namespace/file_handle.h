@@ -18,6 +18,7 @@ class FileHandle {
   uint64_t ino = 0;
   bool writable = false;
   bool saving = false;  // open for writing inside a step: counted in OpenWriters()
+  uint64_t saving_step = 0;  // that step's ino (while saving)
   uint32_t pid = 0;     // the opening process (0 = unknown): a trigger's session
   // Writable handles: a close() of it was answered (FLUSH) and nothing was
   // written through it since. GUARDED_BY(FileSystem::mu_).

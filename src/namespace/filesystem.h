@@ -692,6 +692,11 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // Takes size and mtime from the backing file of an inode open through
   // passthrough; true when they changed.
   bool SyncFromBackingLocked(Inode* inode) REQUIRES(mu_);
+  // The step just committed (here, or by another node of the cluster): when
+  // it is the step the last closed writer belonged to, the trainer's save
+  // has reached its end, and uploads need not wait out the quiet period
+  // after that close (RemoteTierOptions::save_quiet).
+  void SaveEndedLocked(uint64_t step) REQUIRES(mu_);
   void SyncPassthroughWritersLocked() REQUIRES(mu_);
   // The daemon recorded the backing file's state itself (a writer-library
   // close): kernel opens of it must not take that for a write of theirs.
@@ -711,6 +716,9 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   const std::unique_ptr<VirtualNodes> full_view_nodes_;
   std::atomic<int> open_writers_total_{0};
   std::atomic<int64_t> last_save_activity_ns_{0};
+  // The step of the last writer that closed (set with last_save_activity_ns_):
+  // once that step commits, the save it was part of is over (SaveEndedLocked).
+  uint64_t last_saved_step_ GUARDED_BY(mu_) = 0;
   // Cluster mode: steps this node published a part of, with when it last
   // did, until they leave `writing` (CommitPendingSinceNs).
   std::map<uint64_t, int64_t> cluster_published_ GUARDED_BY(mu_);

@@ -429,6 +429,7 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
   for (uint64_t ino : sealed) {
     if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
   }
+  SaveEndedLocked(step_ino);
   if (tier_) tier_->UploadsQueued();
   events_->Append({{"event", "commit"}, {"path", record.step_path}, {"step", rec.step}, {"state", "committed"},
                    {"bytes", rec.bytes}, {"files", rec.files}, {"committer", record.committer}});
@@ -696,6 +697,7 @@ Status FileSystem::FinishClusterCommitLocked(const CommitPlan& plan) {
   for (uint64_t ino : sealed) {
     if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
   }
+  SaveEndedLocked(plan.step_ino);
   if (tier_) tier_->UploadsQueued();
   // This node writes the commit object once every other node's part is up.
   cluster_->AwaitingParts();

@@ -75,7 +75,8 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
   if (fh->writable) {
     inode->open_writers++;
     inode->unflushed_writers++;
-    fh->saving = steps_.StepOf(inodes_, ino) != 0;
+    fh->saving_step = steps_.StepOf(inodes_, ino);
+    fh->saving = fh->saving_step != 0;
     if (fh->saving) {
       open_writers_total_++;
       last_save_activity_ns_ = clock_->MonotonicNanos();
@@ -115,7 +116,8 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   if (fh->writable) {
     (*inode)->open_writers++;
     (*inode)->unflushed_writers++;
-    fh->saving = steps_.StepOf(inodes_, parent) != 0;
+    fh->saving_step = steps_.StepOf(inodes_, parent);
+    fh->saving = fh->saving_step != 0;
     if (fh->saving) {
       open_writers_total_++;
       last_save_activity_ns_ = clock_->MonotonicNanos();
@@ -305,11 +307,12 @@ Status FileSystem::Release(FileHandle* fh) {
   std::unique_ptr<FileHandle> owned(fh);
   if (!fh->file) return Status::Ok();  // control files
   fh->file.reset();
+  MutexLock lock(&mu_);
   if (fh->saving) {
     open_writers_total_--;
     last_save_activity_ns_ = clock_->MonotonicNanos();
+    last_saved_step_ = fh->saving_step;
   }
-  MutexLock lock(&mu_);
   // The writer's session, in case this close triggers a commit.
   const uint64_t session = !fh->writable || fh->pid == 0 ? 0 : session_of_ ? session_of_(fh->pid) : fh->pid;
   Inode* inode = inodes_.Find(fh->ino);

@@ -482,6 +482,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   for (uint64_t ino : sealed) {
     if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
   }
+  SaveEndedLocked(plan.step_ino);
   metrics_.commits++;
   metrics_.commit_seconds.Observe(static_cast<double>(clock_->MonotonicNanos() - plan.began_ns) / 1e9);
   metrics_.commit_sync_seconds.Observe(static_cast<double>(plan.sync_ns) / 1e9);
@@ -489,6 +490,14 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
                       {"bytes", rec.bytes}, {"files", rec.files}};
   events_->Append(std::move(e));
   return Status::Ok();
+}
+
+void FileSystem::SaveEndedLocked(uint64_t step) {
+  // A commit waits for every writer of its step to close, so a commit of
+  // the last closed writer's step comes after that close: the trainer has
+  // reached its commit trigger and is no longer between two files of it.
+  // A writer closed in another step meanwhile moved last_saved_step_ on.
+  if (step != 0 && step == last_saved_step_) last_save_activity_ns_ = 0;
 }
 
 void FileSystem::RequestIdleCommits() {

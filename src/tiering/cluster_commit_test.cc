@@ -243,10 +243,14 @@ TEST(ClusterCommitTest, UploadsOfAPublishedPartWaitForTheCommit) {
   // commit_hold) so that the commit's requests do not queue behind them.
   EXPECT_NE(a.fs().CommitPendingSinceNs(), 0);
   EXPECT_NE(b.fs().CommitPendingSinceNs(), 0);
+  EXPECT_NE(b.fs().LastSaveActivityNs(), 0);
   a.Commit(step_a);
   EXPECT_EQ(a.fs().CommitPendingSinceNs(), 0);
+  EXPECT_EQ(a.fs().LastSaveActivityNs(), 0);
   EXPECT_EQ(b.State(step_b), "committed");  // b's view refreshes here
   EXPECT_EQ(b.fs().CommitPendingSinceNs(), 0);
+  // b's save ended with the commit it adopted: no quiet period to wait out.
+  EXPECT_EQ(b.fs().LastSaveActivityNs(), 0);
 }
 
 TEST(ClusterCommitTest, ANodeWithoutTheStepSeesItAfterTheCommit) {
