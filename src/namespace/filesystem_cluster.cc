@@ -524,7 +524,7 @@ Status FileSystem::NoteRemoteUploads(const std::string& step_path, const PartRec
   if (learned == 0) return Status::Ok();
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   // The commit object may be complete now.
-  if (tier_) tier_->UploadsQueued();
+  if (tier_) tier_->StepsMayPersist();
   return Status::Ok();
 }
 

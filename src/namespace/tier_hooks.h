@@ -21,6 +21,10 @@ class TierHooks {
   // Uploads were queued: wake the uploader. Called with FileSystem::mu_
   // held, so it must only signal (never call back into FileSystem).
   virtual void UploadsQueued() = 0;
+  // Other nodes' uploads of a cluster step were noted: the step may now be
+  // persisted, so the tier writes its commit object now rather than at its
+  // next periodic pass. Called with FileSystem::mu_ held; only signals.
+  virtual void StepsMayPersist() {}
 
   // Makes bytes [offset, offset + n) of a file whose data is not resident
   // local, fetching them from `key` (size bytes) into `file`. Called without

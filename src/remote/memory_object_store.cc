@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 
 #include "common/crc32c.h"
 
@@ -223,7 +224,12 @@ Result<std::vector<ObjectInfo>> MemoryObjectStore::List(const std::string& prefi
   std::vector<ObjectInfo> out;
   for (auto it = objects_.lower_bound(prefix);
        it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
-    out.push_back(ObjectInfo{it->first, it->second.size()});
+    // As S3's ETag of a single PUT (the MD5 of the bytes): the same bytes,
+    // the same tag.
+    char tag[32];
+    std::snprintf(tag, sizeof tag, "%08x-%zu", Crc32c(0, it->second.data(), it->second.size()),
+                  it->second.size());
+    out.push_back(ObjectInfo{it->first, it->second.size(), tag});
   }
   return out;
 }

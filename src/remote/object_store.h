@@ -24,6 +24,10 @@ namespace ckptfs {
 struct ObjectInfo {
   std::string key;
   uint64_t size = 0;
+  // From List: a tag that changes whenever the object is replaced by other
+  // bytes (S3's ETag); "" where the store gives none. A reader that keeps
+  // the tag of what it last read GETs the object again only when it moved.
+  std::string etag;
 };
 
 class ObjectStore {

@@ -279,6 +279,11 @@ Result<ListObjectsPage> ParseListObjectsV2(std::string_view xml) {
     Result<uint64_t> size = ParseSize(c.ChildText("Size"));
     if (!size.ok()) return size.status().Annotate(std::string(kWhat) + ": key " + info.key);
     info.size = *size;
+    info.etag = c.ChildText("ETag");
+    // S3 quotes it ("\"9b2c...\"").
+    if (info.etag.size() >= 2 && info.etag.front() == '"' && info.etag.back() == '"') {
+      info.etag = info.etag.substr(1, info.etag.size() - 2);
+    }
     page.objects.push_back(std::move(info));
   }
   return page;

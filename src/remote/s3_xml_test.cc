@@ -116,8 +116,10 @@ TEST(S3XmlTest, ListObjectsV2AsAwsSendsIt) {
   ASSERT_EQ(page->objects.size(), 2u);
   EXPECT_EQ(page->objects[0].key, "run/a b+c&d");  // '+' is a space, %2B a plus
   EXPECT_EQ(page->objects[0].size, 434234u);
+  EXPECT_EQ(page->objects[0].etag, "fba9dede5f27731c9771645a39863328");  // unquoted
   EXPECT_EQ(page->objects[1].key, "run/\xC3\xBC\x0B");
   EXPECT_EQ(page->objects[1].size, 0u);
+  EXPECT_EQ(page->objects[1].etag, "");  // none given
 }
 
 TEST(S3XmlTest, ListObjectsV2WithoutEncodingTypeKeepsKeysAsTheyAre) {

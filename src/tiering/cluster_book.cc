@@ -591,16 +591,67 @@ bool ClusterBook::Pass() {
   if (!awaiting && Now() < next_parts_poll_) return true;
   const auto awaited = port_->PartsAwaited();
   if (awaited.empty()) {
-    parts_poll_ns_ = 0;
+    part_tags_.clear();
+    parts_changed_at_ = 0;
     return false;
   }
-  parts_poll_ns_ = std::min<int64_t>(std::max<int64_t>(parts_poll_ns_ * 2, 200'000'000), 1'000'000'000);
-  next_parts_poll_ = Now() + parts_poll_ns_;
-  std::vector<Result<PartRecord>> parts = GetParts(awaited);
-  for (size_t i = 0; i < awaited.size(); i++) {
-    if (parts[i].ok()) (void)port_->NoteRemoteUploads(awaited[i].step_path, *parts[i]);
-  }
+  const int64_t now = Now();
+  if (parts_changed_at_ == 0) parts_changed_at_ = now;  // the wait begins
+  if (PollAwaitedParts(awaited)) parts_changed_at_ = Now();
+  // A node whose upload stalls (or that is down) is not polled 5 times a
+  // second for ever.
+  next_parts_poll_ = Now() + (Now() - parts_changed_at_ < kPartsQuietNs ? kPartsPollNs : kPartsIdlePollNs);
   return true;
+}
+
+bool ClusterBook::PollAwaitedParts(const std::vector<ClusterPort::AwaitedPart>& awaited) {
+  // The persisted state waits for this poll: it runs often, so it must be
+  // cheap at 1,000 nodes. A LIST of a step's part records (one request per
+  // 1,000 nodes) gives each record's tag; only the records that moved since
+  // they were last read are fetched (in parallel, GetParts). A store that
+  // gives no tags, or a LIST that fails, costs a GET of every awaited part.
+  std::map<std::string, std::map<std::string, std::string>> tags;  // step -> key -> tag
+  std::set<std::string> unlisted;
+  for (const auto& a : awaited) {
+    if (tags.count(a.step_path) || unlisted.count(a.step_path)) continue;
+    counters_.lists++;
+    auto listed = store_->List(a.step_path + "/" + kPartRecordDir + "/");
+    if (!listed.ok()) {
+      unlisted.insert(a.step_path);
+      continue;
+    }
+    auto& step_tags = tags[a.step_path];
+    for (const ObjectInfo& info : *listed) step_tags[info.key] = info.etag;
+  }
+  std::vector<ClusterPort::AwaitedPart> fetch;
+  std::vector<std::string> fetch_tags;
+  for (const auto& a : awaited) {
+    const std::string key = PartRecordKey(a.step_path, a.owner);
+    std::string tag;
+    if (!unlisted.count(a.step_path)) {
+      const auto& step_tags = tags[a.step_path];
+      auto it = step_tags.find(key);
+      if (it == step_tags.end()) continue;  // not in the bucket (yet, or any more)
+      tag = it->second;
+      auto seen = part_tags_.find(key);
+      if (!tag.empty() && seen != part_tags_.end() && seen->second == tag) continue;  // unchanged
+    }
+    fetch.push_back(a);
+    fetch_tags.push_back(tag);
+  }
+  if (fetch.empty()) return false;
+  std::vector<Result<PartRecord>> parts = GetParts(fetch);
+  bool moved = false;
+  for (size_t i = 0; i < fetch.size(); i++) {
+    if (!parts[i].ok()) continue;
+    (void)port_->NoteRemoteUploads(fetch[i].step_path, *parts[i]);
+    // The tag the LIST gave: if the record moved again since, the next
+    // poll sees a new tag and reads it again.
+    std::string& known = part_tags_[PartRecordKey(fetch[i].step_path, fetch[i].owner)];
+    moved = moved || known != fetch_tags[i] || fetch_tags[i].empty();
+    known = fetch_tags[i];
+  }
+  return moved;
 }
 
 void ClusterBook::RunOnceForTest() { (void)Pass(); }

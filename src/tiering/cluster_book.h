@@ -126,6 +126,8 @@ class ClusterBook : public ClusterHooks {
   Result<PartRecord> GetPart(const std::string& step_path, const std::string& node);
   // GetPart of each (step, node), kGatherParallel at a time, in order.
   std::vector<Result<PartRecord>> GetParts(const std::vector<ClusterPort::AwaitedPart>& which);
+  // One persist poll over the awaited parts; returns true when one moved.
+  bool PollAwaitedParts(const std::vector<ClusterPort::AwaitedPart>& awaited);
   void Loop() EXCLUDES(mu_);
   // The background work; returns true when parts are still awaited.
   bool Pass() EXCLUDES(mu_);
@@ -151,10 +153,16 @@ class ClusterBook : public ClusterHooks {
   bool flush_invalidations_ GUARDED_BY(mu_) = false;
   bool awaiting_ GUARDED_BY(mu_) = true;  // look once at start: persist duty survives a restart
   // The persist duty's polls of other nodes' parts (the book's thread only):
-  // 200 ms doubling to 1 s while parts are awaited (persisted lands within
-  // 1 s of the last upload; 1 GET per awaited node per second).
-  int64_t parts_poll_ns_ = 0;
+  // one LIST of each awaited step's part records every kPartsPollNs (every
+  // kPartsIdlePollNs once no part has changed for kPartsQuietNs), and a GET
+  // only of the awaited records whose tag moved since they were last read
+  // (PollAwaitedParts).
+  static constexpr int64_t kPartsPollNs = 200'000'000;
+  static constexpr int64_t kPartsIdlePollNs = 1'000'000'000;
+  static constexpr int64_t kPartsQuietNs = 60'000'000'000;
   int64_t next_parts_poll_ = 0;
+  int64_t parts_changed_at_ = 0;  // when a poll last saw an awaited part move
+  std::map<std::string, std::string> part_tags_;  // part record key -> tag when last read
   bool stopping_ GUARDED_BY(mu_) = false;
   bool thread_running_ GUARDED_BY(mu_) = false;
   bool refresh_requested_ GUARDED_BY(mu_) = false;

@@ -207,10 +207,11 @@ void RemoteTier::ControlLoop() {
       if (!first) {
         lock.WaitFor(*clock_, work_cv_, options_.control_interval_ns, [&] {
           mu_.AssertHeld();  // WaitFor calls it with the lock held
-          return stopping_;
+          return stopping_ || persist_due_;
         });
       }
       if (stopping_) return;
+      persist_due_ = false;
       import_needed = !import_done_;
       // A sample per pass: the rate falls while uploads stall.
       upload_rate_.Record(clock_->MonotonicNanos(), bytes_uploaded_);
@@ -280,6 +281,14 @@ Status RemoteTier::RunOnceForTest() {
   RecomputeCacheUse();
   if (Status st = EvictIfNeeded(); !st.ok() && first.ok()) first = st;
   return first;
+}
+
+void RemoteTier::StepsMayPersist() {
+  {
+    MutexLock lock(&mu_);
+    persist_due_ = true;
+  }
+  work_cv_.notify_all();
 }
 
 void RemoteTier::UploadsQueued() {

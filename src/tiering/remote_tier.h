@@ -122,6 +122,7 @@ class RemoteTier : public TierHooks {
 
   // TierHooks.
   void UploadsQueued() override;
+  void StepsMayPersist() override;
   Status EnsureLocal(uint64_t ino, const std::string& key, uint64_t size, BackingFile* file,
                      uint64_t offset, size_t n) override EXCLUDES(fetch_mu_, mu_);
   Status WaitForCacheSpace(uint64_t n) override;
@@ -214,6 +215,9 @@ class RemoteTier : public TierHooks {
   std::condition_variable import_cv_;  // the cold-mount import is done
   bool stopping_ GUARDED_BY(mu_) = false;
   bool uploads_pending_ GUARDED_BY(mu_) = true;  // re-scan the queue
+  // A step may have become persisted (an upload ended here, or another
+  // node's did): the control thread's next pass starts at once.
+  bool persist_due_ GUARDED_BY(mu_) = false;
   std::set<uint64_t> uploading_ GUARDED_BY(mu_);
   std::map<uint64_t, int64_t> retry_after_ GUARDED_BY(mu_);  // ino -> monotonic ns
   std::map<uint64_t, int64_t> retry_delay_ GUARDED_BY(mu_);

@@ -106,8 +106,9 @@ void RemoteTier::UploadFinished(uint64_t ino, const Status& st, uint64_t bytes) 
       retry_after_[ino] = clock_->MonotonicNanos() + delay;
     }
     // Finished uploads may complete a step: the control thread writes its
-    // commit object on its next pass.
+    // commit object now.
     uploads_pending_ = true;
+    if (st.ok()) persist_due_ = true;
   }
   work_cv_.notify_all();
   NoteRemoteResult(st, "uploading");
