@@ -487,11 +487,10 @@ Status Walk(int dir_fd, const std::string& rel, const std::string& prefix,
     }
     if (S_ISREG(st.st_mode)) {
       if (key.compare(0, prefix.size(), prefix) == 0) {
-        // Objects are replaced by renaming a new file into place: a new
-        // inode (and mtime) whenever the bytes change.
-        out->push_back(ObjectInfo{key, static_cast<uint64_t>(st.st_size),
-                                  std::to_string(st.st_ino) + "-" +
-                                      std::to_string(st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec)});
+        // No tag: an object replaced within one timestamp tick can come
+        // back with the same size, mtime and (reused) inode number, and a
+        // reader trusting such a tag would miss the change for good.
+        out->push_back(ObjectInfo{key, static_cast<uint64_t>(st.st_size)});
       }
     } else if (S_ISDIR(st.st_mode) && PrefixCompatible(key + "/", prefix)) {
       const int child =
