@@ -70,6 +70,9 @@ const char* const kMountUsage =
     "                         to it from its first cluster mount\n"
     "  --refresh SECONDS      how old a run directory's view of the other nodes' steps may\n"
     "                         get before a lookup reads the remote again (default 1)\n"
+    "  --publish-timeout SECONDS  how long a close, fsync or rename in a step waits for the\n"
+    "                         bucket to take this node's part record before it fails with\n"
+    "                         EIO (default 60; up to 86400)\n"
     "\n"
     "kernel passthrough (reads and writes of local files bypass the daemon; Linux 6.9+):\n"
     "  --passthrough auto|on|off  auto (default): used when the kernel offers it and the\n"
@@ -212,7 +215,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kWriterIdleTimeout, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
     kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
-    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve, kNode, kRefresh, kPassthrough,
+    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve, kNode, kRefresh, kPublishTimeout, kPassthrough,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -246,6 +249,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"nonempty", no_argument, nullptr, kNonEmpty},
       {"node", required_argument, nullptr, kNode},
       {"refresh", required_argument, nullptr, kRefresh},
+      {"publish-timeout", required_argument, nullptr, kPublishTimeout},
       {"passthrough", required_argument, nullptr, kPassthrough},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
@@ -253,6 +257,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   MountOptions o;
   bool markers_given = false;
   bool refresh_given = false;
+  bool publish_timeout_given = false;
   optind = 1;
   opterr = 0;
   int c;
@@ -412,6 +417,18 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         refresh_given = true;
         break;
       }
+      case kPublishTimeout: {
+        // The trainer's close() waits this long while the bucket is down;
+        // a day is past any outage worth waiting out inside a save.
+        auto s = ParseSeconds("--publish-timeout", optarg);
+        if (!s.ok() || *s > 86400) {
+          return Status::Error(EINVAL, std::string("--publish-timeout takes a number of seconds above 0 and up "
+                                                   "to 86400, not '") + optarg + "'");
+        }
+        o.publish_timeout_ns = static_cast<int64_t>(*s * 1e9);
+        publish_timeout_given = true;
+        break;
+      }
       case kPassthrough: {
         const std::string v = optarg;
         if (v == "auto") {
@@ -448,6 +465,10 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   if (refresh_given && o.fs.node.empty()) {
     return Status::Error(EINVAL, "--refresh needs --node: it says how often a cluster node looks for the "
                                  "other nodes' steps");
+  }
+  if (publish_timeout_given && o.fs.node.empty()) {
+    return Status::Error(EINVAL, "--publish-timeout needs --node: only a cluster node publishes its part "
+                                 "of a step");
   }
   if (o.tier.cache_size > 0 && o.remote.url.empty()) {
     return Status::Error(EINVAL, "--cache-size needs --remote: only data already in the remote can be evicted");

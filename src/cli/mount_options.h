@@ -45,6 +45,10 @@ struct MountOptions {
   // mount otherwise.
   enum class Passthrough { kAuto, kOn, kOff };
   Passthrough passthrough = Passthrough::kAuto;
+  // Cluster mode (--publish-timeout): how long a close(), fsync() or
+  // rename() in a step waits for the bucket to take this node's part record
+  // before it fails with EIO.
+  int64_t publish_timeout_ns = 60'000'000'000;
 };
 
 const char* PassthroughName(MountOptions::Passthrough p);

@@ -149,6 +149,14 @@ TEST(MountOptionsTest, NodeAndRefreshForClusterMode) {
   auto hour = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--refresh", "3600", "--node", "a"});
   ASSERT_TRUE(hour.ok()) << hour.status().ToString();
   EXPECT_EQ(hour->fs.refresh_ns, int64_t{3600} * 1'000'000'000);
+
+  EXPECT_EQ(def->publish_timeout_ns, int64_t{60} * 1'000'000'000);
+  auto wait = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--publish-timeout", "600"});
+  ASSERT_TRUE(wait.ok()) << wait.status().ToString();
+  EXPECT_EQ(wait->publish_timeout_ns, int64_t{600} * 1'000'000'000);
+  auto short_wait = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--publish-timeout", "0.5"});
+  ASSERT_TRUE(short_wait.ok()) << short_wait.status().ToString();
+  EXPECT_EQ(short_wait->publish_timeout_ns, 500'000'000);
 }
 
 TEST(MountOptionsTest, BadClusterOptionsAreRefused) {
@@ -171,6 +179,16 @@ TEST(MountOptionsTest, BadClusterOptionsAreRefused) {
     auto r = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--refresh", bad});
     EXPECT_EQ(r.err(), EINVAL) << bad;
     EXPECT_NE(r.status().message().find("--refresh takes"), std::string::npos) << r.status().message();
+  }
+
+  auto lone_wait = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--publish-timeout", "5"});
+  EXPECT_EQ(lone_wait.err(), EINVAL);
+  EXPECT_NE(lone_wait.status().message().find("--publish-timeout needs --node"), std::string::npos)
+      << lone_wait.status().message();
+  for (const char* bad : {"0", "-3", "86401", "inf", "later", ""}) {
+    auto r = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--publish-timeout", bad});
+    EXPECT_EQ(r.err(), EINVAL) << bad;
+    EXPECT_NE(r.status().message().find("--publish-timeout takes"), std::string::npos) << r.status().message();
   }
 }
 

@@ -20,6 +20,7 @@ mounts of the real daemon on one real s3rver (cluster_fixture.py), nodes a and b
 
 Everything is cleaned up by cluster_fixture (also killed daemons and their dead mounts).
 """
+import errno
 import json
 import os
 import subprocess
@@ -293,6 +294,30 @@ def test_s3rver_stopped_during_a_commit(cluster, dcp4):
     assert writer.join(60), "b's closes still wait 60 s after the bucket came back"
     assert writer.error is None, f"b's closes failed: {writer.error!r}"
     tc.assert_committed_everywhere(c, "run/step6", tc.Want.of_dir(dcp4))
+
+
+@pytest.mark.timeout_s(120)
+def test_publish_timeout_bounds_a_close_while_the_bucket_is_down(cluster):
+    """--publish-timeout 2: a close in a step fails with EIO soon after 2 s of the bucket
+    not taking the part (the default would hold it 60 s); the file stays on the node."""
+    c = cluster(1, "--publish-timeout", "2")
+    a = c["a"]
+    os.makedirs(a.path("run/step1"))
+    fd = os.open(a.path("run/step1/x.bin"), os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"x" * 1000)
+    c.server.stop()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(OSError) as e:
+            os.close(fd)
+        took = time.monotonic() - t0
+    finally:
+        c.server.start()
+    assert e.value.errno == errno.EIO, e.value
+    assert 1.5 < took < 30, f"close took {took:.1f} s with --publish-timeout 2"
+    assert read_file(a.path("run/step1/x.bin")) == b"x" * 1000
+    errors = [ev for ev in a.events() if ev.get("kind") == "cluster_publish"]
+    assert errors and errors[0]["path"] == "run/step1", errors
 
 
 @pytest.mark.timeout_s(120)

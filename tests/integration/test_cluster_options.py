@@ -1,6 +1,6 @@
 """Cluster mode's mount options and identity (SPEC section 9, issue 17 slice S4).
 
-`--node NAME` and `--refresh SECONDS` on real mounts: bad names and options without
+`--node NAME`, `--refresh SECONDS` and `--publish-timeout SECONDS` on real mounts: bad names and options without
 their companions are refused before anything is mounted; a node joins the cluster in
 its remote (the probe, the decide mode pinned in .ckptfs-cluster.json, the registration
 .ckptfs-nodes/<node>.json) and status.json shows how; a second cache under a taken name
@@ -62,6 +62,10 @@ def test_cluster_options_need_their_companions(make_ckptfs, tmp_path):
     refused(m, "--refresh takes")
     m = make_ckptfs("--remote", f"file://{tmp_path}", "--node", "a", "--refresh", "3601", start=False)
     refused(m, "--refresh takes")
+    m = make_ckptfs("--remote", f"file://{tmp_path}", "--publish-timeout", "5", start=False)
+    refused(m, "--publish-timeout needs --node")
+    m = make_ckptfs("--remote", f"file://{tmp_path}", "--node", "a", "--publish-timeout", "0", start=False)
+    refused(m, "--publish-timeout takes")
 
 
 def test_node_joins_on_s3rver_and_status_shows_it(make_ckptfs, s3):
