@@ -200,8 +200,10 @@ void RemoteTier::ControlLoop() {
   int64_t import_delay = options_.retry_min_ns;
   int64_t gc_delay = options_.retry_min_ns;
   int passes_since_recount = 0;
+  int64_t last_full_pass = 0;
   for (bool first = true;; first = false) {
     bool import_needed;
+    bool persist_woke = false;
     {
       MutexLock lock(&mu_);
       if (!first) {
@@ -211,12 +213,21 @@ void RemoteTier::ControlLoop() {
         });
       }
       if (stopping_) return;
+      persist_woke = persist_due_;
       persist_due_ = false;
       import_needed = !import_done_;
       // A sample per pass: the rate falls while uploads stall.
       upload_rate_.Record(clock_->MonotonicNanos(), bytes_uploaded_);
     }
     const int64_t now = clock_->MonotonicNanos();
+    if (persist_woke && now - last_full_pass < options_.control_interval_ns) {
+      // Woken early because a step may be persisted (StepsMayPersist, a
+      // finished upload): write its commit object now; the rest of the pass
+      // (garbage, recounts, eviction) keeps its own pace.
+      (void)PersistSteps();
+      continue;
+    }
+    last_full_pass = now;
     if (import_needed && now >= import_retry_at) {
       if (ImportPersistedSteps().ok()) {
         import_delay = options_.retry_min_ns;
