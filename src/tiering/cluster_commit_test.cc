@@ -417,6 +417,37 @@ TEST(ClusterCommitTest, RetentionIsDecidedByTheCommitterForEveryNode) {
   EXPECT_EQ(b.State(step2->ino), "committed");
 }
 
+// run/step1 with one file on each of three nodes (x on a, y on b, z on c),
+// committed on a; returns a's step ino.
+uint64_t CommitAcrossThreeNodes(Node& a, Node& b, Node& c) {
+  const uint64_t step_a = a.Step("step1");
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  WriteFile(b.fs(), b.Step("step1"), "y", "BBBB");
+  WriteFile(c.fs(), c.Step("step1"), "z", "CCCCC");
+  a.Commit(step_a);
+  return step_a;
+}
+
+// Node `node` says in its part record of run/step1 that its files are
+// uploaded, as it does when its uploads end. Returns the record as it was.
+PartRecord MarkPartUploaded(MemoryObjectStore* bucket, const std::string& node) {
+  auto body = bucket->GetRange(PartRecordKey("run/step1", node), 0, UINT64_MAX);
+  EXPECT_TRUE(body.ok()) << body.status().ToString();
+  if (!body.ok()) return {};
+  auto part = DecodePartRecord(*body);
+  EXPECT_TRUE(part.ok()) << part.status().ToString();
+  if (!part.ok()) return {};
+  const PartRecord before = *part;
+  for (auto& f : part->files) {
+    f.uploaded = true;
+    f.crc32c = 1234;
+  }
+  part->all_uploaded = true;
+  part->seq++;
+  EXPECT_TRUE(bucket->Put(PartRecordKey("run/step1", node), EncodePartRecord(*part)).ok());
+  return before;
+}
+
 TEST(ClusterCommitTest, TheCommittersPersistPollReadsEveryAwaitedPartInOnePass) {
   // The committing node learns of the other nodes' finished uploads from
   // their part records; one pass reads every awaited part (in parallel:
@@ -425,27 +456,15 @@ TEST(ClusterCommitTest, TheCommittersPersistPollReadsEveryAwaitedPartInOnePass) 
   Node a("a", &bucket);
   Node b("b", &bucket);
   Node c("c", &bucket);
-  const uint64_t step_a = a.Step("step1");
-  WriteFile(a.fs(), step_a, "x", "AAA");
-  WriteFile(b.fs(), b.Step("step1"), "y", "BBBB");
-  WriteFile(c.fs(), c.Step("step1"), "z", "CCCCC");
-  a.Commit(step_a);
+  const uint64_t step_a = CommitAcrossThreeNodes(a, b, c);
   ASSERT_EQ(a.State(step_a), "committed");
   EXPECT_EQ(a.fs().PartsAwaited().size(), 2u);
   // b and c finish their uploads and say so in their parts.
   for (const auto& [node, name, size] : {std::tuple{"b", "y", 4}, std::tuple{"c", "z", 5}}) {
-    auto body = bucket.GetRange(PartRecordKey("run/step1", node), 0, UINT64_MAX);
-    ASSERT_TRUE(body.ok());
-    auto part = DecodePartRecord(*body);
-    ASSERT_TRUE(part.ok());
-    ASSERT_EQ(part->files.size(), 1u);
-    EXPECT_EQ(part->files[0].path, name);
-    EXPECT_EQ(part->files[0].size, static_cast<uint64_t>(size));
-    part->files[0].uploaded = true;
-    part->files[0].crc32c = 1234;
-    part->all_uploaded = true;
-    part->seq++;
-    ASSERT_TRUE(bucket.Put(PartRecordKey("run/step1", node), EncodePartRecord(*part)).ok());
+    const PartRecord before = MarkPartUploaded(&bucket, node);
+    ASSERT_EQ(before.files.size(), 1u);
+    EXPECT_EQ(before.files[0].path, name);
+    EXPECT_EQ(before.files[0].size, static_cast<uint64_t>(size));
   }
   const uint64_t gets = a.book().counters().part_gets.load();
   a.book().AwaitingParts();
@@ -462,11 +481,7 @@ TEST(ClusterCommitTest, APersistPollGetsOnlyThePartsThatMovedSinceItLastReadThem
   Node a("a", &bucket);
   Node b("b", &bucket);
   Node c("c", &bucket);
-  const uint64_t step_a = a.Step("step1");
-  WriteFile(a.fs(), step_a, "x", "AAA");
-  WriteFile(b.fs(), b.Step("step1"), "y", "BBBB");
-  WriteFile(c.fs(), c.Step("step1"), "z", "CCCCC");
-  a.Commit(step_a);
+  const uint64_t step_a = CommitAcrossThreeNodes(a, b, c);
   ASSERT_EQ(a.State(step_a), "committed");
   auto poll = [&] {
     const uint64_t gets = a.book().counters().part_gets.load();
@@ -476,18 +491,7 @@ TEST(ClusterCommitTest, APersistPollGetsOnlyThePartsThatMovedSinceItLastReadThem
     return std::pair<uint64_t, uint64_t>(a.book().counters().part_gets.load() - gets,
                                          a.book().counters().lists.load() - lists);
   };
-  auto uploaded = [&](const char* node) {
-    auto body = bucket.GetRange(PartRecordKey("run/step1", node), 0, UINT64_MAX);
-    ASSERT_TRUE(body.ok());
-    auto part = DecodePartRecord(*body);
-    ASSERT_TRUE(part.ok());
-    ASSERT_EQ(part->files.size(), 1u);
-    part->files[0].uploaded = true;
-    part->files[0].crc32c = 1234;
-    part->all_uploaded = true;
-    part->seq++;
-    ASSERT_TRUE(bucket.Put(PartRecordKey("run/step1", node), EncodePartRecord(*part)).ok());
-  };
+  auto uploaded = [&](const char* node) { ASSERT_EQ(MarkPartUploaded(&bucket, node).files.size(), 1u); };
   poll();  // the first look reads what it has not read yet
   EXPECT_EQ(a.fs().PartsAwaited().size(), 2u);
   EXPECT_EQ(poll(), (std::pair<uint64_t, uint64_t>(0, 1))) << "nothing moved: one LIST, no GET";
