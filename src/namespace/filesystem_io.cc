@@ -203,7 +203,7 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n, bool kil
 
 Status FileSystem::Flush(FileHandle* fh) {
   std::string publish;
-  bool closed_writer = false;
+  bool start_writeback = false;
   {
     MutexLock lock(&mu_);
     Inode* inode = inodes_.Find(fh->ino);
@@ -218,16 +218,17 @@ Status FileSystem::Flush(FileHandle* fh) {
     }
     if (fh->writable && !fh->flushed) {
       fh->flushed = true;
-      closed_writer = fh->file != nullptr;
+      start_writeback = fh->file != nullptr && inode->rec.size <= kEarlyWritebackMaxBytes;
       if (inode->unflushed_writers > 0) inode->unflushed_writers--;
       if (IsMarkerName(inode->name)) RecordClosedMarkerLocked(fh->pid, inode, &batch);
     }
     CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
     if (fh->writable) publish = ClusterStepOfLocked(fh->ino);
   }
-  // The commit that follows syncs this file: its writeback starts now, while
-  // the trainer goes on (data/writeback_starter.h).
-  if (closed_writer) data_->StartWriteback(fh->ino);
+  // The commit that follows syncs this file: a small file's writeback
+  // starts now, while the trainer goes on (kEarlyWritebackMaxBytes,
+  // data/writeback_starter.h).
+  if (start_writeback) data_->StartWriteback(fh->ino);
   // Cluster mode: close() returns once the committing node can see the file.
   return PublishPartOf(publish);
 }

@@ -89,6 +89,31 @@ TEST(FileSystemTest, WriteReadTruncateAndSizePersistence) {
   EXPECT_EQ(ReadFile(env.fs(), c->first.ino), std::string(10, 'a'));
 }
 
+TEST(FileSystemTest, ClosingAWriterStartsTheWritebackOfSmallFilesOnly) {
+  FsEnv env;
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, Mkdir(fs, kRootIno, "run"), "step1");
+  const uint64_t small = WriteFile(fs, step, "small", std::string(64 << 10, 's'));
+  const uint64_t at_limit =
+      WriteFile(fs, step, "at_limit", std::string(FileSystem::kEarlyWritebackMaxBytes, 'l'));
+  const uint64_t large =
+      WriteFile(fs, step, "large", std::string(FileSystem::kEarlyWritebackMaxBytes + 1, 'L'));
+  // A reader's close starts nothing.
+  auto o = fs.OpenFile(small, O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE(fs.Flush(o->fh).ok());
+  ASSERT_TRUE(fs.Release(o->fh).ok());
+  EXPECT_EQ(env.writeback_started, (std::vector<uint64_t>{small, at_limit}));
+  // The large file is still made durable by the commit's sync.
+  fs.RequestCommit(step);
+  env.DrainCommits();
+  env.CrashAndRestart();
+  auto attr = env.fs().GetAttr(large);
+  ASSERT_TRUE(attr.ok()) << attr.status().ToString();
+  EXPECT_EQ(attr->attr.st_size, static_cast<off_t>(FileSystem::kEarlyWritebackMaxBytes + 1));
+  EXPECT_EQ(ReadFile(env.fs(), large), std::string(1 << 20, 'L'));
+}
+
 TEST(FileSystemTest, HardLinksCountAndSurviveUnlink) {
   FsEnv env;
   auto& fs = env.fs();

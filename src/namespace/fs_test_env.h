@@ -11,6 +11,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "control/event_log.h"
@@ -44,7 +45,9 @@ class SharedManifest final : public ManifestStore {
 
 class SharedData final : public DataStore {
  public:
-  explicit SharedData(DataStore* target) : target_(target) {}
+  // writeback_started (optional) collects the inos StartWriteback was asked for.
+  explicit SharedData(DataStore* target, std::vector<uint64_t>* writeback_started = nullptr)
+      : target_(target), writeback_started_(writeback_started) {}
   Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override {
     return target_->Open(ino, create);
   }
@@ -55,9 +58,14 @@ class SharedData final : public DataStore {
   }
   Result<std::vector<uint64_t>> List() override { return target_->List(); }
   Result<Space> Capacity() override { return target_->Capacity(); }
+  void StartWriteback(uint64_t ino) override {
+    if (writeback_started_) writeback_started_->push_back(ino);
+    target_->StartWriteback(ino);
+  }
 
  private:
   DataStore* target_;
+  std::vector<uint64_t>* writeback_started_;
 };
 
 class FsEnv {
@@ -79,7 +87,7 @@ class FsEnv {
 
   void Start() {
     auto fs = FileSystem::Open(options_, std::make_unique<SharedManifest>(&manifest, &manifest_writes),
-                               std::make_unique<SharedData>(data_target_), &clock, &events);
+                               std::make_unique<SharedData>(data_target_, &writeback_started), &clock, &events);
     if (!fs.ok()) throw std::runtime_error(fs.status().ToString());
     fs_ = std::move(fs).value();
     coordinator_ = CommitCoordinator::CreateWithoutThreads(fs_.get(), fs_->data(), fs_->clock());
@@ -117,6 +125,7 @@ class FsEnv {
   ManualClock clock;
   EventLog events;
   int manifest_writes = 0;
+  std::vector<uint64_t> writeback_started;  // DataStore::StartWriteback's inos, in order
 
  private:
   // Leak nothing but skip the destructor's clean flush: a crash writes no
