@@ -136,18 +136,13 @@ Result<std::unique_ptr<PosixDataStore>> PosixDataStore::OpenDir(const std::strin
     return Status::Error(ENOTDIR, "data directory " + dir + " is not a directory");
   }
   RemoveLeftoverReplacements(dir);
-  int syncfs_fd = -1;
-  if (SyncfsReportsErrors()) {
-    syncfs_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (syncfs_fd < 0) return Status::FromErrno("open data directory " + dir);
-  }
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return Status::FromErrno("open data directory " + dir);
   return std::unique_ptr<PosixDataStore>(
-      new PosixDataStore(dir, mode ? *mode : ProbeRevocationMode(dir), syncfs_fd));
+      new PosixDataStore(dir, mode ? *mode : ProbeRevocationMode(dir), dir_fd, SyncfsReportsErrors()));
 }
 
-PosixDataStore::~PosixDataStore() {
-  if (syncfs_fd_ >= 0) ::close(syncfs_fd_);
-}
+PosixDataStore::~PosixDataStore() { ::close(dir_fd_); }
 
 void PosixDataStore::StartWriteback(uint64_t ino) {
   std::call_once(writeback_once_, [this] {
@@ -232,11 +227,8 @@ Result<std::vector<uint64_t>> PosixDataStore::List() {
 }
 
 Result<DataStore::Space> PosixDataStore::Capacity() {
-  const int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open data directory " + dir_);
-  FdCloser closer(fd);
   struct statvfs vfs{};
-  if (::fstatvfs(fd, &vfs) != 0) return Status::FromErrno("fstatvfs " + dir_);
+  if (::fstatvfs(dir_fd_, &vfs) != 0) return Status::FromErrno("fstatvfs " + dir_);
   Space space;
   // f_blocks and friends count f_frsize units, not f_bsize ones.
   space.block_size = vfs.f_frsize != 0 ? vfs.f_frsize : vfs.f_bsize;

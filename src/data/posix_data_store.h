@@ -82,18 +82,22 @@ class PosixDataStore final : public DataStore {
   std::string PathOf(uint64_t ino) const;
 
  private:
-  PosixDataStore(std::string dir, RevocationMode mode, int syncfs_fd)
-      : dir_(std::move(dir)), mode_(mode), syncfs_fd_(syncfs_fd) {}
+  PosixDataStore(std::string dir, RevocationMode mode, int dir_fd, bool syncfs_reports_errors)
+      : dir_(std::move(dir)), mode_(mode), dir_fd_(dir_fd), syncfs_reports_errors_(syncfs_reports_errors) {}
 
   const std::string dir_;
   const RevocationMode mode_;
-  // dir, opened with the store and held for its life: syncfs reports the
+  // dir, opened with the store and held for its life. syncfs reports the
   // writeback errors of the whole filesystem since the descriptor it is
   // given was opened (the superblock's errseq, Linux 5.8+), so this one
   // reports every error since the store opened, each to the first syncfs
-  // after it, whoever else saw it first. -1 where syncfs does not report
-  // errors (older kernels): then every SyncFiles syncs one file at a time.
-  const int syncfs_fd_;
+  // after it, whoever else saw it first. Capacity asks it too (a new file's
+  // create asks for the free space; opening the directory each time cost
+  // two system calls).
+  const int dir_fd_;
+  // False on older kernels, where syncfs does not report errors: then every
+  // SyncFiles syncs one file at a time.
+  const bool syncfs_reports_errors_;
   std::once_flag writeback_once_;
   std::unique_ptr<WritebackStarter> writeback_;  // set once, under writeback_once_
 };

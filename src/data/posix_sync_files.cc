@@ -49,7 +49,7 @@ bool SyncfsReportsErrors() {
 }
 
 Status PosixDataStore::SyncFiles(const std::vector<uint64_t>& inos, uint64_t* failed_ino) {
-  if (inos.size() < kSyncfsFromFiles || syncfs_fd_ < 0) return SyncOneByOne(this, inos, failed_ino);
+  if (inos.size() < kSyncfsFromFiles || !syncfs_reports_errors_) return SyncOneByOne(this, inos, failed_ino);
   // The same contract as one by one: a file that is not there is an error,
   // not something a filesystem-wide sync quietly covers.
   for (uint64_t ino : inos) {
@@ -62,7 +62,7 @@ Status PosixDataStore::SyncFiles(const std::vector<uint64_t>& inos, uint64_t* fa
   }
   int rc;
   do {
-    rc = ::syncfs(syncfs_fd_);
+    rc = ::syncfs(dir_fd_);
   } while (rc != 0 && errno == EINTR);
   if (rc == 0) return Status::Ok();
   const int err = errno;  // before anything else can change it

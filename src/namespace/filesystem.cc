@@ -136,7 +136,8 @@ bool FileSystem::HasRealChild(Inode* dir, const std::string& name) const {
 }
 
 Result<Inode*> FileSystem::NewInode(const Caller& c, uint64_t parent, const std::string& name,
-                                    uint32_t mode, ManifestBatch* batch) {
+                                    uint32_t mode, ManifestBatch* batch,
+                                    std::unique_ptr<BackingFile>* backing) {
   Inode* dir = inodes_.Find(parent);
   Inode* inode = inodes_.Allocate();
   const timespec now = clock_->Now();
@@ -159,6 +160,7 @@ Result<Inode*> FileSystem::NewInode(const Caller& c, uint64_t parent, const std:
       return file.status();
     }
     inode->backing_unsynced = true;
+    if (backing) *backing = std::move(file).value();
   }
   InodeTable::Put(*inode, batch);
   return inode;

@@ -453,8 +453,12 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   bool HasRealChild(Inode* dir, const std::string& name) const;
   // `rm latest` on a run's virtual link.
   Status TurnOffLatestLinkLocked(Inode* run) REQUIRES(mu_);
+  // A regular file gets its backing file at once (before its record can be
+  // durable); `backing`, when given, receives that open file, so that a
+  // create does not open it again.
   Result<Inode*> NewInode(const Caller& c, uint64_t parent, const std::string& name, uint32_t mode,
-                          ManifestBatch* batch) REQUIRES(mu_);
+                          ManifestBatch* batch, std::unique_ptr<BackingFile>* backing = nullptr)
+      REQUIRES(mu_);
   // Drops a link; deletes the inode when the last link and handle are gone
   // (its data through the GC queue).
   void DropLink(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
@@ -474,8 +478,11 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   void NoteActivity(uint64_t ino) REQUIRES(mu_);
   void RequestCommitLocked(uint64_t step_ino, CommitTrigger why = CommitTrigger::kRetry, uint64_t session = 0) REQUIRES(mu_);
   // A file closed or renamed into place: commit markers and run index files
-  // trigger commits (session: the writer's, 0 = unknown).
-  void NoteTriggerFileLocked(Inode* file, uint64_t session) REQUIRES(mu_);
+  // trigger commits. writer_pid: the process whose close this is (0: none,
+  // as for a rename); its session is looked up (a read of /proc) only where
+  // the file asks for a commit, not at every close.
+  void NoteTriggerFileLocked(Inode* file, uint32_t writer_pid) REQUIRES(mu_);
+  uint64_t SessionOfLocked(uint32_t pid) REQUIRES(mu_);
   // The manifest learns of a commit request once nothing in the step is open
   // for writing (StepRecord::pending_commit), and forgets it when a file in
   // the step is opened for writing again: a file open at a crash may hold

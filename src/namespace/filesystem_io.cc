@@ -98,19 +98,18 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   // writes would be (directories and xattrs are not: they are metadata).
   CKPTFS_RETURN_IF_ERROR(reserve_->Admit(0));
   ManifestBatch batch;
-  auto inode = NewInode(c, parent, name, S_IFREG | (mode & 07777), &batch);
-  if (!inode.ok()) return inode.status();
+  std::unique_ptr<BackingFile> file;
+  auto inode = NewInode(c, parent, name, S_IFREG | (mode & 07777), &batch, &file);
+  if (!inode.ok()) return inode.status().Annotate("creating backing file");
   inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
   NoteActivity(parent);
   ForgetPendingCommitLocked(parent, &batch);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
-  auto file = data_->Open((*inode)->rec.ino, /*create=*/true);
-  if (!file.ok()) return file.status().Annotate("opening backing file");
   auto fh = std::make_unique<FileHandle>();
   fh->ino = (*inode)->rec.ino;
   fh->writable = WantsWrite(flags);
   fh->pid = c.pid;
-  fh->file = std::move(file).value();
+  fh->file = std::move(file);
   const int32_t backing_id = for_whom == OpenFor::kKernel ? PassthroughOpenLocked(*inode, fh.get(), /*resident=*/true) : -1;
   (*inode)->open_handles++;
   if (fh->writable) {
@@ -249,7 +248,7 @@ void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestB
   if (step == marker->rec.parent) bits |= kPendingCommitDirect;
   if (bits == rec.pending_commit) return;
   rec.pending_commit = bits;
-  if (pid != 0 && rec.session == 0) rec.session = session_of_ ? session_of_(pid) : pid;
+  if (pid != 0 && rec.session == 0) rec.session = SessionOfLocked(pid);
   StepBook::Put(step, rec, batch);
 }
 
@@ -314,8 +313,6 @@ Status FileSystem::Release(FileHandle* fh) {
     last_save_activity_ns_ = clock_->MonotonicNanos();
     last_saved_step_ = fh->saving_step;
   }
-  // The writer's session, in case this close triggers a commit.
-  const uint64_t session = !fh->writable || fh->pid == 0 ? 0 : session_of_ ? session_of_(fh->pid) : fh->pid;
   Inode* inode = inodes_.Find(fh->ino);
   if (!inode) return Status::Ok();
   if (fh->passthrough && SyncFromBackingLocked(inode) && fh->writable && fh->flushed && inode->rec.nlink > 0) {
@@ -360,7 +357,7 @@ Status FileSystem::Release(FileHandle* fh) {
     QueueUploadLocked(inode, &upload);
     if (Status q = Apply(upload, false); st.ok()) st = q;
   }
-  if (inode->open_writers == 0) NoteTriggerFileLocked(inode, session);
+  if (inode->open_writers == 0) NoteTriggerFileLocked(inode, fh->pid);
   return st;
 }
 

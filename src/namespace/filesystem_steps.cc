@@ -153,13 +153,19 @@ void FileSystem::ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batc
   StepBook::Put(step, it->second, batch);
 }
 
-void FileSystem::NoteTriggerFileLocked(Inode* file, uint64_t session) {
+uint64_t FileSystem::SessionOfLocked(uint32_t pid) {
+  if (pid == 0) return 0;
+  return session_of_ ? session_of_(pid) : pid;
+}
+
+void FileSystem::NoteTriggerFileLocked(Inode* file, uint32_t writer_pid) {
   const uint64_t parent = file->rec.parent;
   const uint64_t step = steps_.StepOf(inodes_, parent);
   if (step != 0) {
     auto it = steps_.find(step);
     if (IsMarkerName(file->name) && it->second.state == StepState::kWriting) {
-      RequestCommitLocked(step, step == parent ? CommitTrigger::kMarker : CommitTrigger::kNestedMarker, session);
+      RequestCommitLocked(step, step == parent ? CommitTrigger::kMarker : CommitTrigger::kNestedMarker,
+                          SessionOfLocked(writer_pid));
     } else {
       // Any close in a step whose commit waits for files lets it try again.
       RequestCommitLocked(step, CommitTrigger::kRetry);
@@ -168,7 +174,7 @@ void FileSystem::NoteTriggerFileLocked(Inode* file, uint64_t session) {
   }
   if (std::find(kRunIndexFiles.begin(), kRunIndexFiles.end(), file->name) == kRunIndexFiles.end()) return;
   Inode* run = inodes_.Find(parent);
-  if (run && HoldsStepLocked(*run) && request_index_) request_index_(file->rec.ino, session);
+  if (run && HoldsStepLocked(*run) && request_index_) request_index_(file->rec.ino, SessionOfLocked(writer_pid));
 }
 
 Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
