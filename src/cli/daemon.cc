@@ -116,6 +116,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
       cluster_options.mode = d->membership_->mode;
       cluster_options.refresh_ns = options.fs.refresh_ns;
       cluster_options.publish_timeout_ns = options.publish_timeout_ns;
+      cluster_options.upload_wait_ns = options.read_wait_ns;
       cluster_options.clock = &d->clock_;
       d->cluster_ = std::make_unique<ClusterBook>(d->fs_.get(), d->tier_->store(), d->events_.get(),
                                                   cluster_options);

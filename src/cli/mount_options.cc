@@ -73,6 +73,8 @@ const char* const kMountUsage =
     "  --publish-timeout SECONDS  how long a close, fsync or rename in a step waits for the\n"
     "                         bucket to take this node's part record before it fails with\n"
     "                         EIO (default 60; up to 86400)\n"
+    "  --read-wait SECONDS    how long a read of another node's file waits for that node to\n"
+    "                         upload it before it fails with EIO (default 600; up to 86400)\n"
     "\n"
     "kernel passthrough (reads and writes of local files bypass the daemon; Linux 6.9+):\n"
     "  --passthrough auto|on|off  auto (default): used when the kernel offers it and the\n"
@@ -215,7 +217,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
     kCache = 256, kWriterIdleTimeout, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
     kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
-    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve, kNode, kRefresh, kPublishTimeout, kPassthrough,
+    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve, kNode, kRefresh, kPublishTimeout, kReadWait, kPassthrough,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -250,6 +252,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"node", required_argument, nullptr, kNode},
       {"refresh", required_argument, nullptr, kRefresh},
       {"publish-timeout", required_argument, nullptr, kPublishTimeout},
+      {"read-wait", required_argument, nullptr, kReadWait},
       {"passthrough", required_argument, nullptr, kPassthrough},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
@@ -258,6 +261,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   bool markers_given = false;
   bool refresh_given = false;
   bool publish_timeout_given = false;
+  bool read_wait_given = false;
   optind = 1;
   opterr = 0;
   int c;
@@ -429,6 +433,20 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         publish_timeout_given = true;
         break;
       }
+      case kReadWait: {
+        // A reader of another node's file waits for that node's upload; a
+        // node that died before uploading never sends it, and a restore
+        // should hear so in seconds or minutes, not hang. A day is the cap,
+        // as for --publish-timeout.
+        auto s = ParseSeconds("--read-wait", optarg);
+        if (!s.ok() || *s > 86400) {
+          return Status::Error(EINVAL, std::string("--read-wait takes a number of seconds above 0 and up "
+                                                   "to 86400, not '") + optarg + "'");
+        }
+        o.read_wait_ns = static_cast<int64_t>(*s * 1e9);
+        read_wait_given = true;
+        break;
+      }
       case kPassthrough: {
         const std::string v = optarg;
         if (v == "auto") {
@@ -469,6 +487,10 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   if (publish_timeout_given && o.fs.node.empty()) {
     return Status::Error(EINVAL, "--publish-timeout needs --node: only a cluster node publishes its part "
                                  "of a step");
+  }
+  if (read_wait_given && o.fs.node.empty()) {
+    return Status::Error(EINVAL, "--read-wait needs --node: only a cluster node reads files other nodes "
+                                 "have not uploaded yet");
   }
   if (o.tier.cache_size > 0 && o.remote.url.empty()) {
     return Status::Error(EINVAL, "--cache-size needs --remote: only data already in the remote can be evicted");

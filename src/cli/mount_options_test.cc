@@ -157,6 +157,11 @@ TEST(MountOptionsTest, NodeAndRefreshForClusterMode) {
   auto short_wait = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--publish-timeout", "0.5"});
   ASSERT_TRUE(short_wait.ok()) << short_wait.status().ToString();
   EXPECT_EQ(short_wait->publish_timeout_ns, 500'000'000);
+
+  EXPECT_EQ(def->read_wait_ns, int64_t{600} * 1'000'000'000);
+  auto read = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--read-wait", "2.5"});
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->read_wait_ns, 2'500'000'000);
 }
 
 TEST(MountOptionsTest, BadClusterOptionsAreRefused) {
@@ -189,6 +194,16 @@ TEST(MountOptionsTest, BadClusterOptionsAreRefused) {
     auto r = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--publish-timeout", bad});
     EXPECT_EQ(r.err(), EINVAL) << bad;
     EXPECT_NE(r.status().message().find("--publish-timeout takes"), std::string::npos) << r.status().message();
+  }
+
+  auto lone_read = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--read-wait", "5"});
+  EXPECT_EQ(lone_read.err(), EINVAL);
+  EXPECT_NE(lone_read.status().message().find("--read-wait needs --node"), std::string::npos)
+      << lone_read.status().message();
+  for (const char* bad : {"0", "-3", "86401", "nan", "soon", ""}) {
+    auto r = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--read-wait", bad});
+    EXPECT_EQ(r.err(), EINVAL) << bad;
+    EXPECT_NE(r.status().message().find("--read-wait takes"), std::string::npos) << r.status().message();
   }
 }
 

@@ -71,6 +71,10 @@ class ClusterHooks {
   // a committed cluster step was removed here (rm, retention): remove it for
   // the cluster (a tombstone in the step index, then its objects).
   virtual void StepRemoved(const std::string& step_path) = 0;
+  // this node published its part of a step it sees as writing: watch the
+  // bucket for the step's commit (by whichever node), so that this node
+  // learns it, and starts its uploads, without waiting for a lookup.
+  virtual void WatchForCommit(const std::string& step_path) = 0;
 
   // The cluster's part of status.json. Called with FileSystem::mu_ held.
   virtual void AddStatus(nlohmann::json* status) const = 0;

@@ -107,6 +107,7 @@ Status FileSystem::PublishPartOf(const std::string& step_path) {
     return Status::Error(EIO, "cannot publish this node's part of " + step_path + " to the cluster: " +
                                   st.message());
   }
+  cluster_->WatchForCommit(step_path);
   return Status::Ok();
 }
 
@@ -547,9 +548,13 @@ Status FileSystem::AwaitOwnerUpload(FileHandle* fh) {
   }
   auto part = cluster_->AwaitUpload(step_path, rel, owner);
   if (!part.ok()) {
-    return Status::Error(part.status().err() == ETIMEDOUT ? EIO : part.status().err(),
-                         step_path + "/" + rel + ": node " + owner + " has not uploaded it: " +
-                             part.status().message());
+    Status failed = Status::Error(part.status().err() == ETIMEDOUT ? EIO : part.status().err(),
+                                  step_path + "/" + rel + ": node " + owner + " has not uploaded it: " +
+                                      part.status().message());
+    // The reader only gets EIO; the event says whose upload it waited for.
+    events_->Append({{"event", "error"}, {"kind", "cluster_read"}, {"path", step_path + "/" + rel},
+                     {"node", owner}, {"error", failed.message()}});
+    return failed;
   }
   MutexLock lock(&mu_);
   Inode* inode = inodes_.Find(fh->ino);

@@ -317,6 +317,16 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
   if (dst && (flags & RENAME_EXCHANGE)) {
     for (auto& m : CommittedStepsUnder(dst)) moved_steps.push_back(std::move(m));
   }
+  // Cluster mode: a committed step is the cluster's, under its name: its
+  // record, the other nodes' parts and copies, and their bucket objects
+  // all use it, and one node cannot move them (docs/cluster.md). EXDEV, as
+  // overlayfs gives for what it cannot rename: mv then copies the step to
+  // the new name (a new step, committed by this node) and removes the old
+  // one for the whole cluster.
+  if (cluster_ && !moved_steps.empty()) {
+    return Status::Error(EXDEV, "step " + moved_steps.front().second +
+                                    " is committed for the cluster and cannot be renamed; copy it instead");
+  }
   bool commit_src = false;
   bool commit_dst = false;
   if (flags & RENAME_EXCHANGE) {

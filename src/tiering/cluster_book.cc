@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/crc32c.h"
 #include "common/random_hex.h"
@@ -278,8 +280,10 @@ Result<PartRecord> ClusterBook::AwaitUpload(const std::string& step_path, const 
       return part.status();
     }
     if (Now() + backoff > deadline) {
-      return Status::Error(ETIMEDOUT, "waited " + std::to_string(options_.upload_wait_ns / 1'000'000'000) +
-                                          " s for node " + owner + " to upload " + rel_path);
+      char waited[32];
+      std::snprintf(waited, sizeof(waited), "%g", static_cast<double>(options_.upload_wait_ns) / 1e9);
+      return Status::Error(ETIMEDOUT, std::string("waited ") + waited + " s (--read-wait) for node " + owner +
+                                          " to upload " + rel_path);
     }
     Sleep(backoff);
     {
@@ -490,6 +494,82 @@ void ClusterBook::StepPersisted(const std::string& step_path) {
   cv_.notify_all();
 }
 
+void ClusterBook::WatchForCommit(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  // Each publication (a close, an fsync) postpones the first poll and gives
+  // the watch its full count again: the step cannot commit while this
+  // node's ranks are still writing it.
+  CommitWatch& w = commit_watch_[step_path];
+  w.delay_ns = options_.commit_watch_first_ns;
+  w.next_ns = Now() + options_.commit_watch_first_ns;
+  w.polls_left = kCommitWatchPolls;
+  commit_watch_changed_ = true;
+  cv_.notify_all();
+}
+
+int64_t ClusterBook::PollCommitWatch() {
+  const int64_t now = Now();
+  std::vector<std::string> due;
+  {
+    MutexLock lock(&mu_);
+    commit_watch_changed_ = false;
+    for (const auto& [step, w] : commit_watch_) {
+      if (w.next_ns <= now) due.push_back(step);
+    }
+  }
+  std::map<std::string, ClusterPort::StepView> views;
+  if (!due.empty()) views = port_->StepViews();
+  for (const auto& step : due) {
+    bool done = false;
+    auto view = views.find(step);
+    auto mine = port_->PartSnapshot(step);
+    if (view != views.end() && view->second.committed) {
+      done = true;  // committed here, or learnt by a lookup's refresh
+    } else if (mine.ok() && mine->open_writers > 0) {
+      done = true;  // still writing here: its close publishes and watches again
+    } else {
+      counters_.commit_watch_gets++;
+      auto body = store_->GetRange(StepIndexKey(step, 'c'), 0, UINT64_MAX);
+      if (body.ok()) {
+        done = true;
+        auto record = DecodeClusterStepRecord(*body);
+        if (!record.ok() || record->step_path != step) {
+          events_->Append({{"event", "error"}, {"kind", "cluster_index"}, {"path", step},
+                           {"error", "malformed step record in the index: " +
+                                         (record.ok() ? std::string("another step's") : record.status().message())}});
+        } else {
+          // As a refresh applies it (one at a time with refreshes).
+          Status st;
+          {
+            MutexLock refresh_lock(&refresh_mu_);
+            st = port_->ApplyClusterStep(*record);
+          }
+          if (st.ok()) port_->FlushInvalidations();  // not inside a FUSE request: safe here
+          if (st.err() == EAGAIN) {
+            done = false;  // a local commit of it is under way: look again
+          } else if (!st.ok()) {
+            events_->Append({{"event", "error"}, {"kind", "cluster_apply"}, {"path", step}, {"error", st.message()}});
+          }
+        }
+      }
+      // Not found: not committed yet. Other errors: the next poll tries again.
+    }
+    MutexLock lock(&mu_);
+    auto it = commit_watch_.find(step);
+    if (it == commit_watch_.end() || it->second.next_ns > now) continue;  // published again meanwhile
+    if (done || --it->second.polls_left <= 0) {
+      commit_watch_.erase(it);
+      continue;
+    }
+    it->second.delay_ns *= 2;
+    it->second.next_ns = Now() + it->second.delay_ns;
+  }
+  MutexLock lock(&mu_);
+  int64_t next = 0;
+  for (const auto& [step, w] : commit_watch_) next = next == 0 ? w.next_ns : std::min(next, w.next_ns);
+  return next;
+}
+
 void ClusterBook::StepRemoved(const std::string& step_path) {
   MutexLock lock(&mu_);
   removed_.insert(step_path);
@@ -586,6 +666,7 @@ bool ClusterBook::Pass() {
     Status st = store_->Put(StepIndexKey(step, 'p'), kPersistedBody);
     if (!st.ok()) StepPersisted(step);
   }
+  next_commit_watch_ = PollCommitWatch();
   // The committing node's persist duty: other nodes' uploads it waits for,
   // polled on its own back-off, not on every wake-up (refreshes, signals).
   if (!awaiting && Now() < next_parts_poll_) return true;
@@ -666,17 +747,18 @@ void ClusterBook::Loop() {
     MutexLock lock(&mu_);
     if (stopping_) return;
     if (!republish_.empty() || !persisted_.empty() || !removed_.empty() || flush_invalidations_ ||
-        refresh_requested_) {
+        refresh_requested_ || commit_watch_changed_) {
       continue;
     }
-    // While parts are awaited, poll with a back-off; otherwise sleep until
-    // signalled (an idle node makes no requests).
-    const int64_t wait = still_awaiting ? std::max<int64_t>(next_parts_poll_ - Now(), 1'000'000)
-                                        : 3600LL * 1'000'000'000;
+    // While parts are awaited or commits watched, poll with a back-off;
+    // otherwise sleep until signalled (an idle node makes no requests).
+    int64_t wait = still_awaiting ? std::max<int64_t>(next_parts_poll_ - Now(), 1'000'000)
+                                  : 3600LL * 1'000'000'000;
+    if (next_commit_watch_ != 0) wait = std::min(wait, std::max<int64_t>(next_commit_watch_ - Now(), 1'000'000));
     lock.WaitFor(*clock_, cv_, wait, [this] {
       mu_.AssertHeld();
       return stopping_ || !republish_.empty() || !persisted_.empty() || !removed_.empty() || flush_invalidations_ ||
-             refresh_requested_ || awaiting_;
+             refresh_requested_ || awaiting_ || commit_watch_changed_;
     });
   }
 }
@@ -694,7 +776,8 @@ void ClusterBook::AddStatus(nlohmann::json* status) const {
         {"index_gets", counters_.index_gets.load()},
         {"decisions", counters_.decisions.load()},
         {"refreshes", counters_.refreshes.load()},
-        {"deletes", counters_.deletes.load()}};
+        {"deletes", counters_.deletes.load()},
+        {"commit_watch_gets", counters_.commit_watch_gets.load()}};
 }
 
 }  // namespace ckptfs

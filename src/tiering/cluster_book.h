@@ -51,7 +51,8 @@ struct ClusterBookOptions {
   DecideMode mode = DecideMode::kVotes;
   int64_t refresh_ns = 1'000'000'000;            // --refresh
   int64_t publish_timeout_ns = 60'000'000'000;   // a close waits at most this for the bucket
-  int64_t upload_wait_ns = 600'000'000'000;      // a read of another node's file waits at most this
+  int64_t upload_wait_ns = 600'000'000'000;      // a read of another node's file waits at most this (--read-wait)
+  int64_t commit_watch_first_ns = 100'000'000;   // the commit watch's first poll (CommitWatch); tests shorten it
   const Clock* clock = nullptr;                  // nullptr: the system clock
 };
 
@@ -88,6 +89,7 @@ class ClusterBook : public ClusterHooks {
   void StepPersisted(const std::string& step_path) override;
   void AwaitingParts() override;
   void StepRemoved(const std::string& step_path) override;
+  void WatchForCommit(const std::string& step_path) override;
 
   // Requests made to the bucket, by kind (status.json, bench/cluster).
   struct Counters {
@@ -99,6 +101,7 @@ class ClusterBook : public ClusterHooks {
     std::atomic<uint64_t> decisions{0};
     std::atomic<uint64_t> refreshes{0};
     std::atomic<uint64_t> deletes{0};  // DeleteObjects requests
+    std::atomic<uint64_t> commit_watch_gets{0};  // GETs of ~c by the commit watch
   };
   const Counters& counters() const { return counters_; }
   void AddStatus(nlohmann::json* status) const override;
@@ -128,6 +131,10 @@ class ClusterBook : public ClusterHooks {
   std::vector<Result<PartRecord>> GetParts(const std::vector<ClusterPort::AwaitedPart>& which);
   // One persist poll over the awaited parts; returns true when one moved.
   bool PollAwaitedParts(const std::vector<ClusterPort::AwaitedPart>& awaited);
+  // The commit watch's due polls: a GET of each watched step's ~c key, and
+  // the step applied here once it is there. Returns when the next poll is
+  // due (0: nothing watched).
+  int64_t PollCommitWatch() EXCLUDES(mu_);
   void Loop() EXCLUDES(mu_);
   // The background work; returns true when parts are still awaited.
   bool Pass() EXCLUDES(mu_);
@@ -163,6 +170,22 @@ class ClusterBook : public ClusterHooks {
   int64_t next_parts_poll_ = 0;
   int64_t parts_changed_at_ = 0;  // when a poll last saw an awaited part move
   std::map<std::string, std::string> part_tags_;  // part record key -> tag when last read
+  // The commit watch (WatchForCommit): steps this node published a part of
+  // and sees as writing. The first poll comes commit_watch_first_ns after the
+  // node's last publication of the step (while its ranks keep closing files
+  // nothing is polled), then at doubling intervals, kCommitWatchPolls in
+  // all (about 6 s): a commit later than that is learnt at the next lookup,
+  // and this node's uploads start at the tier's commit hold anyway. So a
+  // node makes at most that many GETs per publication burst, 1 request each.
+  struct CommitWatch {
+    int64_t next_ns = 0;
+    int64_t delay_ns = 0;
+    int polls_left = 0;
+  };
+  static constexpr int kCommitWatchPolls = 6;
+  std::map<std::string, CommitWatch> commit_watch_ GUARDED_BY(mu_);
+  bool commit_watch_changed_ GUARDED_BY(mu_) = false;
+  int64_t next_commit_watch_ = 0;  // the book's thread only: when PollCommitWatch is next due
   bool stopping_ GUARDED_BY(mu_) = false;
   bool thread_running_ GUARDED_BY(mu_) = false;
   bool refresh_requested_ GUARDED_BY(mu_) = false;

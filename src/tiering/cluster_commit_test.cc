@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <linux/fs.h>  // RENAME_EXCHANGE
 
 #include <atomic>
 #include <chrono>
@@ -25,13 +26,14 @@ namespace {
 class Node {
  public:
   Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0, bool uploads = true,
-       DataStore* data = nullptr)
+       DataStore* data = nullptr, int64_t commit_watch_first_ns = 100'000'000)
       : env_(Options(name, uploads), data) {
     ClusterBookOptions o;
     o.node = name;
     o.cache_id = "cache-" + name;
     o.refresh_ns = 0;  // every lookup reads the index
     o.publish_timeout_ns = publish_timeout_ns;
+    o.commit_watch_first_ns = commit_watch_first_ns;
     // The book's own waits (retries, back-offs) run on the real clock.
     o.clock = nullptr;
     book_ = std::make_unique<ClusterBook>(&env_.fs(), bucket, &env_.events, o);
@@ -253,6 +255,58 @@ TEST(ClusterCommitTest, UploadsOfAPublishedPartWaitForTheCommit) {
   EXPECT_EQ(b.fs().LastSaveActivityNs(), 0);
 }
 
+TEST(ClusterCommitTest, ANodeThatPublishedLearnsTheCommitWithoutALookup) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step_a = a.Step("step1");
+  const uint64_t step_b = b.Step("step1");
+  // Node b fsyncs a file it keeps open: published, but b still writes the
+  // step, so its watch asks the bucket nothing.
+  auto open = b.fs().Create(kRoot, step_b, "y", 0644, O_WRONLY);
+  ASSERT_TRUE(open.ok()) << open.status().ToString();
+  ASSERT_TRUE(b.fs().Write(open->second.fh, "BBBB", 4, 0).ok());
+  ASSERT_TRUE(b.fs().Fsync(open->second.fh, false).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  b.book().RunOnceForTest();
+  EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 0u);
+  // Its close publishes again; then node a commits the step.
+  ASSERT_TRUE(b.fs().Flush(open->second.fh).ok());
+  ASSERT_TRUE(b.fs().Release(open->second.fh).ok());
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  a.Commit(step_a);
+  ASSERT_EQ(a.State(step_a), "committed");
+  EXPECT_EQ(b.CommitterOf("run/step1"), "") << "node b knew of the commit before its watch looked";
+  // No lookup on node b: its watch finds the commit in the bucket.
+  const uint64_t refreshes = b.book().counters().refreshes.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  b.book().RunOnceForTest();
+  EXPECT_EQ(b.CommitterOf("run/step1"), "a");
+  EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 1u);
+  EXPECT_EQ(b.book().counters().refreshes.load(), refreshes) << "learnt by a refresh, not by the watch";
+  // Learnt, the watch ends: later passes ask nothing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  b.book().RunOnceForTest();
+  EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 1u);
+}
+
+TEST(ClusterCommitTest, TheCommitWatchGivesUpAfterItsPolls) {
+  MemoryObjectStore bucket;
+  Node b("b", &bucket, 0, true, nullptr, /*commit_watch_first_ns=*/5'000'000);
+  WriteFile(b.fs(), b.Step("step2"), "y", "BBBB");  // nobody ever commits it
+  // Polls 5, 10, 20, 40, 80 and 160 ms apart, then none.
+  for (int i = 0; i < 10; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(6) * (1 << i));
+    b.book().RunOnceForTest();
+  }
+  EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 6u);
+  // A new publication (another close) watches again.
+  WriteFile(b.fs(), b.Step("step2"), "z", "Z");
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  b.book().RunOnceForTest();
+  EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 7u);
+}
+
 TEST(ClusterCommitTest, ANodeWithoutTheStepSeesItAfterTheCommit) {
   MemoryObjectStore bucket;
   Node a("a", &bucket);
@@ -387,6 +441,33 @@ TEST(ClusterCommitTest, RemovingACommittedStepRemovesItForTheCluster) {
   auto seen = b.fs().Lookup(run_b->ino, "step7");
   ASSERT_TRUE(seen.ok()) << seen.status().ToString();
   EXPECT_EQ(b.State(seen->ino), "committed");
+}
+
+TEST(ClusterCommitTest, ACommittedStepCannotBeRenamedButAWritingOneCan) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step_a = a.Step("step8");
+  const uint64_t step_b = b.Step("step8");
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  WriteFile(b.fs(), step_b, "y", "BBBB");
+  a.Commit(step_a);
+  auto run_b = b.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_b.ok());
+  ASSERT_TRUE(b.fs().Lookup(step_b, "x").ok());  // b adopted it
+  // Neither the step nor the directory holding it moves, on either node.
+  EXPECT_EQ(b.fs().Rename(run_b->ino, "step8", run_b->ino, "step9", 0).err(), EXDEV);
+  EXPECT_EQ(b.fs().Rename(kRootIno, "run", kRootIno, "run2", 0).err(), EXDEV);
+  EXPECT_EQ(a.fs().Rename(run_b->ino, "step8", run_b->ino, "best", 0).err(), EXDEV);
+  b.Step("other");
+  EXPECT_EQ(b.fs().Rename(run_b->ino, "other", run_b->ino, "step8", RENAME_EXCHANGE).err(), EXDEV);
+  EXPECT_EQ(b.State(step_b), "committed");
+  EXPECT_TRUE(b.fs().Lookup(run_b->ino, "step8").ok());
+  EXPECT_TRUE(bucket.Head(StepIndexKey("run/step8", 'c')).ok());
+  // A step being written still moves (OLMo-core renames step<N>-tmp).
+  const uint64_t tmp = b.Step("step10-tmp");
+  WriteFile(b.fs(), tmp, "z", "Z");
+  EXPECT_TRUE(b.fs().Rename(run_b->ino, "step10-tmp", run_b->ino, "step10", 0).ok());
 }
 
 TEST(ClusterCommitTest, RetentionIsDecidedByTheCommitterForEveryNode) {

@@ -22,6 +22,7 @@ on a cold mount of a new node. The writers:
   * a part that never arrives (the step stays `writing`, the file named in
     user.ckptfs.error, never committed anywhere) and a node whose shards come 2 s late.
 """
+import errno
 import json
 import os
 import shutil
@@ -506,6 +507,59 @@ def test_rm_on_one_node_removes_the_step_everywhere_and_from_the_bucket(cluster)
     r = c["a"].commit("run/step50")
     assert r.returncode == 0, r.stderr
     assert_committed_everywhere(c, "run/step50", Want.of_files(union(by_node)))
+
+
+@pytest.mark.timeout_s(180)
+def test_a_node_nobody_looks_at_learns_the_commit_from_its_watch(cluster):
+    """Node b's ranks close their files and go back to training: nothing on b looks
+    at the step again (--refresh 3600: no lookup would read the index). Its commit
+    watch finds the commit in the bucket within about 100 ms, so b seals its part
+    and starts uploading without waiting for the tier's commit hold."""
+    c = cluster(2, "--refresh", "3600")
+    by_node = split_plain_step()
+    write_split(c, "run/step70", by_node)
+    assert c["b"].state("run/step70") == "writing"
+    os.setxattr(c["a"].path("run/step70"), "user.ckptfs.commit", b"1")
+    t0 = time.monotonic()
+    poll(lambda: (any(e.get("event") == "commit" and e.get("path") == "run/step70"
+                      for e in c["b"].events()), c["b"].events()[-3:]),
+         10, "node b's commit event for run/step70")
+    took = time.monotonic() - t0
+    assert took < 5, f"node b learnt the commit after {took:.1f} s"
+    watch = c["b"].status()["cluster"]["requests"]
+    assert 1 <= watch["commit_watch_gets"] <= 6 * 4, watch
+    assert watch["refreshes"] <= 2, watch   # the mount's and the first lookup's, none since
+    assert c["b"].state("run/step70") == "committed"
+    poll(lambda: (c["a"].xattr("run/step70", "user.ckptfs.persisted") == "true", None), PERSIST_S,
+         "run/step70 persisted on node a")
+
+
+@pytest.mark.timeout_s(240)
+def test_a_committed_step_is_not_renamed_and_mv_copies_it_for_the_cluster(cluster):
+    c = cluster(2)
+    by_node = split_plain_step()
+    write_split(c, "run/step60", by_node)
+    os.setxattr(c["a"].path("run/step60"), "user.ckptfs.commit", b"1")
+    want = Want.of_files(union(by_node))
+    assert_committed_everywhere(c, "run/step60", want)
+    # rename(2) is refused on either node, and nothing moves
+    for name in ("a", "b"):
+        with pytest.raises(OSError) as e:
+            os.rename(c[name].path("run/step60"), c[name].path("run/step61"))
+        assert e.value.errno == errno.EXDEV, e.value
+    assert_committed_everywhere(c, "run/step60", want)
+    # mv falls back to copy and remove: on node b, which did not commit and
+    # holds half of the files, the copy reads node a's half from the bucket
+    r = subprocess.run(["mv", c["b"].path("run/step60"), c["b"].path("run/step61")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = c["b"].commit("run/step61")
+    assert r.returncode == 0, r.stderr
+    assert_committed_everywhere(c, "run/step61", want)
+    wait_gone_everywhere(c, "run/step60")
+    poll(lambda: (not bucket_keys(c, "run/step60/"), bucket_keys(c, "run/step60/")), PERSIST_S,
+         "no object left under run/step60/")
+    wait_persisted_everywhere(c, "run/step61")
 
 
 @pytest.mark.timeout_s(240)

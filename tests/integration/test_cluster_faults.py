@@ -412,3 +412,31 @@ def test_a_part_record_naming_a_file_that_never_arrives(cluster):
             f"node {name}: step8 persisted without zz's file"
     assert ".ckptfs-commit.json" not in [k.rsplit("/", 1)[1] for k in bucket_keys(c, "run/step8")]
     assert not reader.done, f"the read of ghost.bin returned: {reader.error!r}"
+
+
+@pytest.mark.timeout_s(120)
+def test_read_wait_bounds_a_read_of_a_file_never_uploaded(cluster):
+    """--read-wait 3: the read of a file whose node never uploads it fails with EIO after
+    about 3 s (the default would wait 600 s); the other files still read right."""
+    c = cluster(2, "--commit-settle", "0", "--read-wait", "3")
+    a, b = c["a"], c["b"]
+    write_shards(a, "run/step9", {"shard_a0.bin": tc.payload(MiB, 7)})
+    write_shards(b, "run/step9", {"shard_b0.bin": tc.payload(MiB, 8)})
+    rec = json.loads(c.server.get(part_key(c, "run/step9", "b")))
+    rec["node"] = "zz"
+    rec["files"] = [{"path": "ghost.bin", "size": 4096, "mode": 0o644,
+                     "mtime_ns": rec["files"][0]["mtime_ns"], "crc32c": None,
+                     "uploaded": False, "chunks": []}]
+    rec["all_uploaded"] = False
+    c.server.put(part_key(c, "run/step9", "zz"), json.dumps(rec).encode())
+    r = a.commit("run/step9", timeout=VISIBLE_S * 3)
+    assert r.returncode == 0, f"ckptfs commit: {r.stderr}"
+    t0 = time.monotonic()
+    with pytest.raises(OSError) as e:
+        read_file(a.path("run/step9/ghost.bin"))
+    took = time.monotonic() - t0
+    assert e.value.errno == errno.EIO, e.value
+    assert 2.0 < took < 30, f"the read failed after {took:.1f} s with --read-wait 3"
+    assert read_file(a.path("run/step9/shard_b0.bin")) == tc.payload(MiB, 8)
+    said = [ev.get("error", "") for ev in a.events() if ev.get("event") == "error"]
+    assert any("node zz" in m and "--read-wait" in m for m in said), said

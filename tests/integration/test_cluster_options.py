@@ -1,6 +1,6 @@
 """Cluster mode's mount options and identity (SPEC section 9, issue 17 slice S4).
 
-`--node NAME`, `--refresh SECONDS` and `--publish-timeout SECONDS` on real mounts: bad names and options without
+`--node NAME`, `--refresh SECONDS`, `--publish-timeout SECONDS` and `--read-wait SECONDS` on real mounts: bad names and options without
 their companions are refused before anything is mounted; a node joins the cluster in
 its remote (the probe, the decide mode pinned in .ckptfs-cluster.json, the registration
 .ckptfs-nodes/<node>.json) and status.json shows how; a second cache under a taken name
@@ -66,6 +66,10 @@ def test_cluster_options_need_their_companions(make_ckptfs, tmp_path):
     refused(m, "--publish-timeout needs --node")
     m = make_ckptfs("--remote", f"file://{tmp_path}", "--node", "a", "--publish-timeout", "0", start=False)
     refused(m, "--publish-timeout takes")
+    m = make_ckptfs("--remote", f"file://{tmp_path}", "--read-wait", "5", start=False)
+    refused(m, "--read-wait needs --node")
+    m = make_ckptfs("--remote", f"file://{tmp_path}", "--node", "a", "--read-wait", "86401", start=False)
+    refused(m, "--read-wait takes")
 
 
 def test_node_joins_on_s3rver_and_status_shows_it(make_ckptfs, s3):

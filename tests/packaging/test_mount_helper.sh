@@ -77,8 +77,8 @@ expect_cmd "mount /m --cache /c --remote s3://b/p?x=1 -o fsname=/c" /c /m -o 're
 expect_cmd "mount /m --cache /c --show-full -o fsname=/c,ro" /c /m -o ro,show-full
 expect_cmd "mount /m --cache /c --show-latest --commit-settle 0.5 -o fsname=/c" /c /m -o show-latest,commit-settle=0.5
 expect_cmd "mount /m --cache /c --nonempty -o fsname=/c" /c /m -o nonempty
-expect_cmd "mount /m --cache /c --remote s3://b/p --node gpu-1 --refresh 5 --publish-timeout 600 -o fsname=/c" \
-  /c /m -o remote=s3://b/p,node=gpu-1,refresh=5,publish-timeout=600
+expect_cmd "mount /m --cache /c --remote s3://b/p --node gpu-1 --refresh 5 --publish-timeout 600 --read-wait 30 -o fsname=/c" \
+  /c /m -o remote=s3://b/p,node=gpu-1,refresh=5,publish-timeout=600,read-wait=30
 expect_error "option 'nonempty' takes no value" /c /m -o nonempty=1
 expect_cmd "mount /m --cache /c --retention hf:save_total_limit=2 -o fsname=/c" /c /m -o retention=hf:save_total_limit=2
 # Errors name the option.
