@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <optional>
 #include <random>
 #include <thread>
@@ -68,11 +69,17 @@ class Decider {
   Result<std::string> Run() {
     for (int round = 0; round < o_.max_rounds; round++) {
       if (round > 0) Backoff(round);
-      Result<std::optional<std::string>> decided = ReadDecision();
+      // The first round of votes sends its first three requests at once
+      // (FirstVotesRequests): a commit waits for every round trip.
+      const bool first_votes = round == 0 && o_.mode == DecideMode::kVotes;
+      Status phase1;
+      Result<std::optional<std::string>> decided =
+          first_votes ? FirstVotesRequests(&phase1) : ReadDecision();
       if (!decided.ok()) return decided.status();
       if (*decided) return **decided;
+      CKPTFS_RETURN_IF_ERROR(phase1);
       Result<std::optional<std::string>> outcome =
-          o_.mode == DecideMode::kConditionalPut ? TryConditional() : TryVotes();
+          o_.mode == DecideMode::kConditionalPut ? TryConditional() : TryVotes(/*phase1_written=*/first_votes);
       if (!outcome.ok()) return outcome.status();
       if (*outcome) return **outcome;
     }
@@ -137,16 +144,48 @@ class Decider {
     return store_->Put(ScratchKey("v", o_.node + "~" + mbal + "~" + bal + "~" + value), "");
   }
 
-  // One ballot of Disk Paxos. nullopt: lost the round (try a higher one).
-  Result<std::optional<std::string>> TryVotes() {
-    if (!proposal_written_) {
-      // Before any block names it, so whoever adopts it can read it.
-      CKPTFS_RETURN_IF_ERROR(store_->Put(ScratchKey("p", proposal_), body_));
-      proposal_written_ = true;
-    }
+  // The first round's independent requests, in parallel: the GET of the
+  // decision, the PUT of the proposal and phase 1's block. The block names no
+  // value yet (this proposer has voted for nothing), so the proposal need not
+  // be in the bucket before it; it is before phase 2's block names it. If a
+  // decision is already there, the proposal and the block are scratch that
+  // nobody reads (removed with the step). *phase1 gets the PUTs' outcome.
+  Result<std::optional<std::string>> FirstVotesRequests(Status* phase1) {
     const std::string ballot = Ballot(next_round_, o_.node + "." + o_.nonce);
-    // Phase 1: claim the ballot, then look.
-    CKPTFS_RETURN_IF_ERROR(WriteBlock(ballot, my_bal_, my_value_));
+    Status p, b;
+    Result<std::optional<std::string>> decided = std::optional<std::string>();
+    const std::vector<std::function<void()>> requests = {
+        [&] { decided = ReadDecision(); },
+        [&] { p = store_->Put(ScratchKey("p", proposal_), body_); },
+        [&] { b = WriteBlock(ballot, my_bal_, my_value_); },
+    };
+    if (o_.run_together) {
+      o_.run_together(requests);
+    } else {
+      std::vector<std::future<void>> running;
+      for (size_t i = 1; i < requests.size(); i++) running.push_back(std::async(std::launch::async, requests[i]));
+      requests[0]();
+      for (auto& r : running) r.get();
+    }
+    proposal_written_ = p.ok();
+    *phase1 = !p.ok() ? p : b;
+    return decided;
+  }
+
+  // One ballot of Disk Paxos. nullopt: lost the round (try a higher one).
+  // phase1_written: FirstVotesRequests wrote the proposal and this ballot's
+  // phase 1 block already.
+  Result<std::optional<std::string>> TryVotes(bool phase1_written = false) {
+    const std::string ballot = Ballot(next_round_, o_.node + "." + o_.nonce);
+    if (!phase1_written) {
+      if (!proposal_written_) {
+        // Before any block names it, so whoever adopts it can read it.
+        CKPTFS_RETURN_IF_ERROR(store_->Put(ScratchKey("p", proposal_), body_));
+        proposal_written_ = true;
+      }
+      // Phase 1: claim the ballot, then look.
+      CKPTFS_RETURN_IF_ERROR(WriteBlock(ballot, my_bal_, my_value_));
+    }
     uint64_t max_round = 0;
     Result<std::vector<Block>> seen = ListBlocks(&max_round);
     if (!seen.ok()) return seen.status();

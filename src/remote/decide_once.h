@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "remote/object_store.h"
@@ -50,6 +51,11 @@ struct DecideOptions {
   // Waits between rounds (jittered, doubling from backoff_ns); tests pass
   // their own. Gives up with ETIMEDOUT after max_rounds.
   std::function<void(int64_t nanos)> sleep;
+  // Runs independent requests (the first round's three, in votes mode) and
+  // returns when all are done. nullptr: each on a thread of its own, at
+  // once. Tests that schedule every request of a proposer themselves pass
+  // their own (in some order on the calling thread).
+  std::function<void(const std::vector<std::function<void()>>& requests)> run_together;
   int64_t backoff_ns = 20'000'000;
   int64_t max_backoff_ns = 1'000'000'000;
   int max_rounds = 64;
