@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto coordinator = CommitCoordinator::CreateWithoutThreads(fs->get(), (*fs)->data(), (*fs)->clock());
-  const Caller root{0, 0};
+  const Caller root{.uid = 0, .gid = 0};
   auto run = (*fs)->Mkdir(root, kRootIno, "run", 0755);
   for (int i = 1; i <= steps; ++i) {
     auto step = (*fs)->Mkdir(root, run->ino, "step" + std::to_string(i), 0755);

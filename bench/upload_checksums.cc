@@ -4,8 +4,8 @@
 // CPU cost of the digests. Run by bench/object_store against its s3rver;
 // by hand:
 //
-//   build/bench/upload_checksums_bin --endpoint http://127.0.0.1:4568 --bucket bench \
-//       [--mib 16] [--objects 8] [--rounds 5]
+//   build/bench/upload_checksums_bin --endpoint http://127.0.0.1:4568 --bucket bench
+//       [--mib 16] [--objects 8] [--rounds 5]   (one command line)
 //
 // Prints per mode the median wall time and client CPU time of a round, and
 // the ratios with/without (target: <= 1.05).

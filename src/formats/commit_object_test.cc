@@ -75,7 +75,7 @@ TEST(CommitObject, RejectsWhatAColdMountMustNotTrust) {
   EXPECT_EQ(DecodeCommitObject(good, "run1/step200").err(), EIO);  // names another step
   EXPECT_EQ(DecodeCommitObject("not json", "s").err(), EIO);
   EXPECT_EQ(DecodeCommitObject("[]", "s").err(), EIO);
-  for (const std::string& path : {"../x", "/abs", "a//b", "a/./b", "", "x/"}) {
+  for (const char* path : {"../x", "/abs", "a//b", "a/./b", "", "x/"}) {
     CommitObject obj = Sample();
     obj.files[0].path = path;
     EXPECT_EQ(DecodeCommitObject(EncodeCommitObject(obj), "run1/step100").err(), EIO) << path;

@@ -21,7 +21,7 @@ FileHandle* Fh(const fuse_file_info* fi) { return reinterpret_cast<FileHandle*>(
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Caller{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->pid)};
+  return Caller{.uid = ctx->uid, .gid = ctx->gid, .pid = static_cast<uint32_t>(ctx->pid)};
 }
 
 // The one place a Status becomes a reply. Expected outcomes (ENOENT on

@@ -44,7 +44,7 @@ bool Lists(FileSystem& fs, uint64_t dir, const std::string& name) {
 
 // Writes a file opened by process pid (for the commit's session).
 uint64_t WriteAs(FileSystem& fs, uint32_t pid, uint64_t parent, const std::string& name, const std::string& data) {
-  auto c = fs.Create(Caller{0, 0, pid}, parent, name, 0644, O_WRONLY);
+  auto c = fs.Create(Caller{.uid = 0, .gid = 0, .pid = pid}, parent, name, 0644, O_WRONLY);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return 0;
   EXPECT_TRUE(fs.Write(c->second.fh, data.data(), data.size(), 0).ok());

@@ -169,7 +169,7 @@ TEST(RecordsTest, StepCommitterRoundTripsAndOlderRecordsHaveNone) {
 }
 
 TEST(RecordsTest, ObjectOwnerNodeRoundTripsAndOlderRecordsHaveNone) {
-  ObjectRecord object{"a/step1/x", 10, 5, 0, false, false, 0, {}};
+  ObjectRecord object{"a/step1/x", 10, 5, 0, false, false, 0, {}, ""};
   const std::string mine = EncodeObject(object);
   EXPECT_EQ(DecodeObject(mine)->owner_node, "");
   object.owner_node = "b";
@@ -179,7 +179,7 @@ TEST(RecordsTest, ObjectOwnerNodeRoundTripsAndOlderRecordsHaveNone) {
 }
 
 TEST(RecordsTest, ObjectAndUploadRecordsRoundTrip) {
-  ObjectRecord object{"a/step1/x y", ~0ULL, -5, 0xffffffff, true, true, 0, {}};
+  ObjectRecord object{"a/step1/x y", ~0ULL, -5, 0xffffffff, true, true, 0, {}, ""};
   EXPECT_EQ(*DecodeObject(EncodeObject(object)), object);
   object.resident = false;
   EXPECT_EQ(*DecodeObject(EncodeObject(object)), object);
@@ -293,7 +293,7 @@ TEST(RecordsTest, TruncatedOrExtendedValuesAreCorrupt) {
   }
   EXPECT_TRUE(DecodeStep(full.substr(0, full.size() - 1)).ok());
   EXPECT_EQ(DecodeStep(full + '\0').err(), EIO);
-  ObjectRecord object{"run/step1/f", 123, 456, 0xabcdef01, false, true, 100, {1, 2}};
+  ObjectRecord object{"run/step1/f", 123, 456, 0xabcdef01, false, true, 100, {1, 2}, ""};
   // crc_known, the chunk size and the chunk CRC32Cs are an optional tail
   // (records from before them end after `resident`); a cut inside it is corrupt.
   const std::string full_object = EncodeObject(object);
@@ -308,7 +308,7 @@ TEST(RecordsTest, TruncatedOrExtendedValuesAreCorrupt) {
   EXPECT_TRUE(old->chunk_crcs.empty());
   EXPECT_EQ(DecodeObject(full_object + '\0').err(), EIO);
   // An old run-level file's record (CRC32C 0 for a non-empty file) knows nothing.
-  ObjectRecord run_file{"run/latest", 9, 1, 0, false, true, 0, {}};
+  ObjectRecord run_file{"run/latest", 9, 1, 0, false, true, 0, {}, ""};
   const std::string run_file_value = EncodeObject(run_file);
   EXPECT_FALSE(DecodeObject(run_file_value.substr(0, run_file_value.size() - (1 + 8 + 4)))->crc_known);
   // A chunk list that does not cover the size is corrupt.

@@ -225,7 +225,7 @@ Result<Inode*> FileSystem::EnsureDirPathLocked(Inode* base, const std::string& r
     auto it = at->children.find(part);
     Inode* next = it == at->children.end() ? nullptr : inodes_.Find(it->second.ino);
     if (!next) {
-      const Caller owner{base->rec.uid, base->rec.gid};
+      const Caller owner{.uid = base->rec.uid, .gid = base->rec.gid};
       auto made = NewInode(owner, at->rec.ino, part, S_IFDIR | 0755, batch);
       if (!made.ok()) return made.status();
       inodes_.AddChild(at, part, *made, clock_->Now(), batch);
@@ -297,7 +297,7 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
     auto parent = EnsureDirPathLocked(dir, slash == std::string::npos ? "" : f.path.substr(0, slash), batch);
     if (!parent.ok()) return parent.status();
     if ((*parent)->children.count(leaf)) return Status::Error(EIO, "duplicate " + f.path + " in the step record");
-    const Caller owner{dir->rec.uid, dir->rec.gid};
+    const Caller owner{.uid = dir->rec.uid, .gid = dir->rec.gid};
     auto made = NewInode(owner, (*parent)->rec.ino, leaf, S_IFREG | (f.mode & 07777), batch);
     if (!made.ok()) return made.status();
     Inode* file = *made;
@@ -328,7 +328,7 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
     auto parent = EnsureDirPathLocked(dir, slash == std::string::npos ? "" : s.path.substr(0, slash), batch);
     if (!parent.ok()) return parent.status();
     if ((*parent)->children.count(leaf)) continue;
-    const Caller owner{dir->rec.uid, dir->rec.gid};
+    const Caller owner{.uid = dir->rec.uid, .gid = dir->rec.gid};
     auto link = NewInode(owner, (*parent)->rec.ino, leaf, S_IFLNK | 0777, batch);
     if (!link.ok()) return link.status();
     (*link)->rec.symlink_target = s.target;
@@ -399,7 +399,7 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
     if (steps_.StepOf(inodes_, (*run_dir)->rec.ino) != 0) {
       return Status::Error(EINVAL, record.step_path + " would be inside a step here");
     }
-    const Caller owner{root->rec.uid, root->rec.gid};
+    const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
     auto made = NewInode(owner, (*run_dir)->rec.ino, parts.back(), S_IFDIR | 0755, &batch);
     if (!made.ok()) return made.status();
     inodes_.AddChild(*run_dir, parts.back(), *made, clock_->Now(), &batch);

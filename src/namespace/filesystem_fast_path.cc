@@ -111,7 +111,7 @@ Result<FileSystem::FastPathFile> FileSystem::OpenForFastPath(const FastPathCalle
     if (!o.ok()) return o.status();
     opened = *o;
   } else {
-    auto created = Create(Caller{who.uid, who.gid}, parent, names->back(), mode & 07777, O_WRONLY);
+    auto created = Create(Caller{.uid = who.uid, .gid = who.gid}, parent, names->back(), mode & 07777, O_WRONLY);
     if (created.err() == EEXIST) return OpenForFastPath(who, path, mode);  // raced with a creator
     if (!created.ok()) return created.status();
     opened = created->second;

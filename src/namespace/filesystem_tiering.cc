@@ -653,7 +653,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   MutexLock lock(&mu_);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* root = inodes_.Find(kRootIno);
-  const Caller owner{root->rec.uid, root->rec.gid};
+  const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
   // Split the step path; every component must be a valid name.
   std::vector<std::string> parts;
   for (size_t start = 0; start <= obj.step_path.size();) {
@@ -856,7 +856,7 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
   MutexLock lock(&mu_);
   CKPTFS_RETURN_IF_ERROR(CheckHealthy());
   Inode* root = inodes_.Find(kRootIno);
-  const Caller owner{root->rec.uid, root->rec.gid};
+  const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
   ManifestBatch batch;
   size_t imported = 0;
   Status failed;  // what is in memory already is written below either way

@@ -153,7 +153,7 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
   for (const auto& [step_ino, rec] : steps_) {
     // Steps inside directories the caller may not search stay unknown to it.
     if (!everything && !MayLookUpLocked(step_ino, *who)) continue;
-    StatusStep s{inodes_.PathOf(step_ino), rec};
+    StatusStep s{.path = inodes_.PathOf(step_ino), .rec = rec};
     if (rec.state != StepState::kCommitted) {
       // Not frozen yet: what is there now, as the step's xattrs show it.
       std::tie(s.rec.bytes, s.rec.files) = CurrentSize(step_ino);

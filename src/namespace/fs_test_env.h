@@ -146,7 +146,7 @@ class FsEnv {
 
 // Helpers shared by the FileSystem tests; they report failures through
 // GoogleTest and return 0 / "<error>" so a test fails where it asserts.
-inline const Caller kRoot{0, 0};
+inline const Caller kRoot{.uid = 0, .gid = 0};
 
 inline uint64_t Mkdir(FileSystem& fs, uint64_t parent, const std::string& name) {
   auto e = fs.Mkdir(kRoot, parent, name, 0755);

@@ -4,8 +4,8 @@
 // tree must agree. A failing sequence is shrunk and printed as C++ to paste
 // into a named regression test at the end of this file.
 //
-// CKPTFS_REFTEST_SEEDS=5000 CKPTFS_REFTEST_OPS=200 build/tests/unit_tests \
-//     --gtest_filter='ReferenceModelTest.*'    runs a longer campaign.
+// CKPTFS_REFTEST_SEEDS=5000 CKPTFS_REFTEST_OPS=200 build/tests/unit_tests
+//     --gtest_filter='ReferenceModelTest.*'    (one command line) runs a longer campaign.
 #include <fcntl.h>
 #include <linux/fs.h>  // RENAME_NOREPLACE
 

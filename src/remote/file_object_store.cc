@@ -451,7 +451,7 @@ Result<ObjectInfo> FileObjectStore::Head(const std::string& key) {
     st.st_mode = 0;
   }
   if (!S_ISREG(st.st_mode)) return Status::Error(ENOENT, Describe() + ": no object " + key);
-  return ObjectInfo{key, static_cast<uint64_t>(st.st_size)};
+  return ObjectInfo{.key = key, .size = static_cast<uint64_t>(st.st_size)};
 }
 
 namespace {
@@ -490,7 +490,7 @@ Status Walk(int dir_fd, const std::string& rel, const std::string& prefix,
         // No tag: an object replaced within one timestamp tick can come
         // back with the same size, mtime and (reused) inode number, and a
         // reader trusting such a tag would miss the change for good.
-        out->push_back(ObjectInfo{key, static_cast<uint64_t>(st.st_size)});
+        out->push_back(ObjectInfo{.key = key, .size = static_cast<uint64_t>(st.st_size)});
       }
     } else if (S_ISDIR(st.st_mode) && PrefixCompatible(key + "/", prefix)) {
       const int child =

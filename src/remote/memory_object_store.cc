@@ -214,7 +214,7 @@ Result<ObjectInfo> MemoryObjectStore::Head(const std::string& key) {
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
   auto it = objects_.find(key);
   if (it == objects_.end()) return Status::Error(ENOENT, Describe() + ": no object " + key);
-  return ObjectInfo{key, it->second.size()};
+  return ObjectInfo{.key = key, .size = it->second.size()};
 }
 
 Result<std::vector<ObjectInfo>> MemoryObjectStore::List(const std::string& prefix) {

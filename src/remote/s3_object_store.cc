@@ -489,7 +489,7 @@ Result<ObjectInfo> S3ObjectStore::Head(const std::string& key) {
   if (!resp.ok()) return resp.status();
   Result<uint64_t> size = ParseContentLength(resp->Header("content-length"));
   if (!size.ok()) return size.status().Annotate(describe_ + ": " + what);
-  return ObjectInfo{key, *size};
+  return ObjectInfo{.key = key, .size = *size};
 }
 
 Result<std::vector<ObjectInfo>> S3ObjectStore::List(const std::string& prefix) {

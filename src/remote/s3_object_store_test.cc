@@ -587,7 +587,9 @@ TEST_F(S3FaultTest, ReadRangeStartsAgainAtZeroAfterARetry) {
   EXPECT_EQ(server.request_count(), 2u);
   EXPECT_EQ(std::count(ats.begin(), ats.end(), 0u), 2);  // each attempt from the start
   for (size_t i = 0; i < ats.size(); i++) {
-    if (ats[i] != 0) EXPECT_EQ(ats[i] % S3ObjectStore::kSinkPiece, 0u);  // whole pieces
+    if (ats[i] != 0) {
+      EXPECT_EQ(ats[i] % S3ObjectStore::kSinkPiece, 0u);  // whole pieces
+    }
   }
 }
 

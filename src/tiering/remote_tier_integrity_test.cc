@@ -31,8 +31,12 @@ TEST_F(RemoteTierTest, UploadsDamagedOnTheWayAreRetriedAndNeverRecorded) {
   EXPECT_EQ(Xattr(step, "user.ckptfs.persisted"), "false");
   EXPECT_FALSE(Has("step1/.ckptfs-commit.json"));
   // Whatever got through is intact.
-  if (Has("step1/small.bin")) EXPECT_EQ(Object("step1/small.bin"), small);
-  if (Has("step1/big.bin")) EXPECT_EQ(Object("step1/big.bin"), big);
+  if (Has("step1/small.bin")) {
+    EXPECT_EQ(Object("step1/small.bin"), small);
+  }
+  if (Has("step1/big.bin")) {
+    EXPECT_EQ(Object("step1/big.bin"), big);
+  }
   for (int i = 0; i < 5 && Xattr(step, "user.ckptfs.persisted") != "true"; i++) (void)tier_->RunOnceForTest();
   ASSERT_EQ(Xattr(step, "user.ckptfs.persisted"), "true");
   EXPECT_EQ(Object("step1/big.bin"), big);
