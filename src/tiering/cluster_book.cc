@@ -522,10 +522,9 @@ int64_t ClusterBook::PollCommitWatch() {
   for (const auto& step : due) {
     bool done = false;
     auto view = views.find(step);
-    auto mine = port_->PartSnapshot(step);
     if (view != views.end() && view->second.committed) {
       done = true;  // committed here, or learnt by a lookup's refresh
-    } else if (mine.ok() && mine->open_writers > 0) {
+    } else if (auto mine = port_->PartSnapshot(step); mine.ok() && mine->open_writers > 0) {
       done = true;  // still writing here: its close publishes and watches again
     } else {
       counters_.commit_watch_gets++;

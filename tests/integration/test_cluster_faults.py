@@ -372,20 +372,25 @@ def test_a_malformed_part_record_breaks_the_step_naming_it(cluster):
     tc.assert_never_committed(c, "run/step5", secs=1.0)
 
 
+def publish_ghost_part(c, step, size):
+    """Node zz's part record of `step`: node b's real record with the node changed and one
+    file, ghost.bin of `size` bytes, that is never uploaded (zz never joined)."""
+    rec = json.loads(c.server.get(part_key(c, step, "b")))
+    rec["node"] = "zz"
+    rec["files"] = [{"path": "ghost.bin", "size": size, "mode": 0o644,
+                     "mtime_ns": rec["files"][0]["mtime_ns"], "crc32c": None,
+                     "uploaded": False, "chunks": []}]
+    rec["all_uploaded"] = False
+    c.server.put(part_key(c, step, "zz"), json.dumps(rec).encode())
+
+
 @pytest.mark.timeout_s(120)
 def test_a_part_record_naming_a_file_that_never_arrives(cluster):
     c = cluster(2, "--commit-settle", "0")
     a, b = c["a"], c["b"]
     write_shards(a, "run/step8", {"shard_a0.bin": tc.payload(MiB, 7)})
     write_shards(b, "run/step8", {"shard_b0.bin": tc.payload(MiB, 8)})
-    # node zz's record: b's real record with the node and the file changed (never uploaded)
-    rec = json.loads(c.server.get(part_key(c, "run/step8", "b")))
-    rec["node"] = "zz"
-    rec["files"] = [{"path": "ghost.bin", "size": 12345, "mode": 0o644,
-                     "mtime_ns": rec["files"][0]["mtime_ns"], "crc32c": None,
-                     "uploaded": False, "chunks": []}]
-    rec["all_uploaded"] = False
-    c.server.put(part_key(c, "run/step8", "zz"), json.dumps(rec).encode())
+    publish_ghost_part(c, "run/step8", size=12345)
     r = a.commit("run/step8", timeout=VISIBLE_S * 3)
     # What the daemon does (docs/cluster.md, "Failures": a node that stops after
     # publishing): the union, zz's file included, is committed, although zz never joined
@@ -422,13 +427,7 @@ def test_read_wait_bounds_a_read_of_a_file_never_uploaded(cluster):
     a, b = c["a"], c["b"]
     write_shards(a, "run/step9", {"shard_a0.bin": tc.payload(MiB, 7)})
     write_shards(b, "run/step9", {"shard_b0.bin": tc.payload(MiB, 8)})
-    rec = json.loads(c.server.get(part_key(c, "run/step9", "b")))
-    rec["node"] = "zz"
-    rec["files"] = [{"path": "ghost.bin", "size": 4096, "mode": 0o644,
-                     "mtime_ns": rec["files"][0]["mtime_ns"], "crc32c": None,
-                     "uploaded": False, "chunks": []}]
-    rec["all_uploaded"] = False
-    c.server.put(part_key(c, "run/step9", "zz"), json.dumps(rec).encode())
+    publish_ghost_part(c, "run/step9", size=4096)
     r = a.commit("run/step9", timeout=VISIBLE_S * 3)
     assert r.returncode == 0, f"ckptfs commit: {r.stderr}"
     t0 = time.monotonic()
