@@ -1,5 +1,6 @@
 #include "lifecycle/commit_coordinator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <unordered_map>
@@ -13,6 +14,12 @@ namespace {
 // How often a cluster commit that waits for other nodes' parts asks again:
 // the commit lands within this of the last part (docs/cluster.md).
 constexpr int64_t kClusterPollNs = 100'000'000;
+// Another node's part still counts files open for writing: most often the
+// trainer closed them a moment ago and that close's PUT is on its way
+// (ClusterHooks::PublishClose), so the first attempts come sooner: 5, 10,
+// 20, 40 ms, then every kClusterPollNs. Each attempt is a LIST and a GET of
+// each part, so the burst is bounded (4 more gathers per wait).
+constexpr int64_t kOpenWritersFirstPollNs = 5'000'000;
 
 // The step's files as the completeness check sees them: sizes from the
 // plan, contents read from the backing files; in cluster mode, other nodes'
@@ -198,6 +205,20 @@ void CommitCoordinator::RequestAfter(uint64_t step_ino, int64_t delay_ns) {
   stop_cv_.notify_all();
 }
 
+int64_t CommitCoordinator::OpenWritersBackoff(uint64_t step_ino) {
+  MutexLock lock(&queue_mu_);
+  int64_t& next = open_writers_backoff_[step_ino];
+  if (next == 0) next = kOpenWritersFirstPollNs;
+  const int64_t now = next;
+  next = std::min(next * 2, kClusterPollNs);
+  return now;
+}
+
+void CommitCoordinator::ForgetOpenWritersBackoff(uint64_t step_ino) {
+  MutexLock lock(&queue_mu_);
+  open_writers_backoff_.erase(step_ino);
+}
+
 void CommitCoordinator::IdleLoop() {
   MutexLock lock(&queue_mu_);
   int64_t next_tick = clock_->MonotonicNanos() + 1'000'000'000;
@@ -246,10 +267,12 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
 
   // Cluster mode: the other nodes' parts join the check. Their closes do
   // not reach this node, so a commit that waits for them asks again soon.
-  if (Status gathered = steps_->GatherCluster(&*plan); !gathered.ok()) {
+  Status gathered = steps_->GatherCluster(&*plan);
+  if (gathered.err() != EBUSY) ForgetOpenWritersBackoff(step_ino);
+  if (!gathered.ok()) {
     const bool broken = gathered.err() == EIO;
     steps_->AbortCommit(step_ino, gathered, /*waiting=*/!broken, broken);
-    if (!broken) RequestAfter(step_ino, kClusterPollNs);
+    if (!broken) RequestAfter(step_ino, gathered.err() == EBUSY ? OpenWritersBackoff(step_ino) : kClusterPollNs);
     return;
   }
   Completeness check = CheckStepCompleteness(PlanFiles(data_, steps_, *plan));

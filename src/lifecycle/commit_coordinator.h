@@ -68,6 +68,11 @@ class CommitCoordinator {
   // queue_mu_): never with queue_mu_ held.
   void Commit(uint64_t step_ino) EXCLUDES(queue_mu_);
   void ReadIndex(uint64_t file_ino, uint64_t session) EXCLUDES(queue_mu_);
+  // The delay before the next attempt of a cluster commit that waits for
+  // another node's open writers (doubling per step), and its reset once a
+  // gather of the step's parts finds none.
+  int64_t OpenWritersBackoff(uint64_t step_ino) EXCLUDES(queue_mu_);
+  void ForgetOpenWritersBackoff(uint64_t step_ino) EXCLUDES(queue_mu_);
 
   CommitPort* const steps_;
   DataStore* const data_;
@@ -79,6 +84,8 @@ class CommitCoordinator {
   std::set<uint64_t> queued_ GUARDED_BY(queue_mu_);
   // Requests to make later: (monotonic deadline, step), by deadline.
   std::multimap<int64_t, uint64_t> delayed_ GUARDED_BY(queue_mu_);
+  // Steps whose commit waits for another node's open writers: the next delay.
+  std::map<uint64_t, int64_t> open_writers_backoff_ GUARDED_BY(queue_mu_);
   // Index files to read, with the session of their writer.
   std::deque<std::pair<uint64_t, uint64_t>> index_queue_ GUARDED_BY(queue_mu_);
   bool stopping_ GUARDED_BY(queue_mu_) = false;

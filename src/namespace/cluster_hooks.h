@@ -33,6 +33,12 @@ class ClusterHooks {
   // file. Concurrent calls for one step share one PUT. Blocking.
   virtual Status PublishPart(const std::string& step_path) = 0;
 
+  // The same for a close(): when the bucket already names every file of the
+  // part as it is now (an fsync published them, and nothing was written
+  // since), only the open-writer count changed; that PUT is then made in the
+  // background and this returns at once. Otherwise PublishPart. Blocking.
+  virtual Status PublishClose(const std::string& step_path) = 0;
+
   // Every node's part record of the step except this node's own (the
   // committing node knows its own files). Malformed records are an EIO
   // naming the key. Blocking.

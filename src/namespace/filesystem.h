@@ -537,8 +537,9 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // The staging directory of a step path here (0 = none).
   uint64_t StagingDirOfLocked(const std::string& step_path) REQUIRES(mu_);
   // Publishes this node's part of the step (no-op for ""); call without mu_.
-  // EIO when the bucket cannot take it.
-  Status PublishPartOf(const std::string& step_path) EXCLUDES(mu_);
+  // EIO when the bucket cannot take it. closing: for a close(), which may
+  // leave the PUT to the background (ClusterHooks::PublishClose).
+  Status PublishPartOf(const std::string& step_path, bool closing = false) EXCLUDES(mu_);
   // fsync's local half: the backing file (and a new file's directory entry)
   // made durable, and the inode's record written with a synced batch.
   Status SyncFileAndRecord(FileHandle* fh) EXCLUDES(mu_);

@@ -95,9 +95,9 @@ int64_t FileSystem::CommitPendingSinceNs() {
   return newest;
 }
 
-Status FileSystem::PublishPartOf(const std::string& step_path) {
+Status FileSystem::PublishPartOf(const std::string& step_path, bool closing) {
   if (step_path.empty() || !cluster_) return Status::Ok();
-  Status st = cluster_->PublishPart(step_path);
+  Status st = closing ? cluster_->PublishClose(step_path) : cluster_->PublishPart(step_path);
   if (!st.ok()) {
     // The trainer's close fails: its file is on this node's disk, but the
     // committing node could not know of it, so the save must not go on as if
@@ -577,7 +577,9 @@ Status FileSystem::GatherCluster(CommitPlan* plan) {
   for (auto& p : *parts) {
     if (p.node == cluster_->node()) continue;
     if (p.open_writers > 0) {
-      return Status::Error(EAGAIN, "waiting for " + std::to_string(p.open_writers) +
+      // EBUSY, not EAGAIN: usually a close whose PUT is a few milliseconds
+      // behind (PublishClose), which the coordinator asks again for soon.
+      return Status::Error(EBUSY, "waiting for " + std::to_string(p.open_writers) +
                                        " file(s) open for writing on node " + p.node);
     }
     newest_activity = std::max(newest_activity, p.last_activity);

@@ -228,8 +228,9 @@ Status FileSystem::Flush(FileHandle* fh) {
   // starts now, while the trainer goes on (kEarlyWritebackMaxBytes,
   // data/writeback_starter.h).
   if (start_writeback) data_->StartWriteback(fh->ino);
-  // Cluster mode: close() returns once the committing node can see the file.
-  return PublishPartOf(publish);
+  // Cluster mode: close() returns once the committing node can see the file
+  // (at once when an fsync already published it as it is: PublishClose).
+  return PublishPartOf(publish, /*closing=*/true);
 }
 
 void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch) {

@@ -121,12 +121,29 @@ uint64_t ClusterBook::NextSeq() {
 
 // ---- publication -------------------------------------------------------------
 
-Status ClusterBook::PutPart(const std::string& step_path) {
+namespace {
+
+// A part record less what changes without its files changing: the writers
+// still open, the time of the last write, and what each PUT stamps.
+PartRecord PartContent(PartRecord part) {
+  part.node.clear();
+  part.cache_id.clear();
+  part.seq = 0;
+  part.published_at = 0;
+  part.open_writers = 0;
+  part.last_activity = 0;
+  return part;
+}
+
+}  // namespace
+
+Status ClusterBook::PutPart(const std::string& step_path, PartRecord* content) {
   auto part = port_->PartSnapshot(step_path);
   if (!part.ok()) {
     // The step went away (renamed, removed): nothing of it to publish.
     return part.status().err() == ENOENT ? Status::Ok() : part.status();
   }
+  *content = PartContent(*part);
   part->node = options_.node;
   part->cache_id = options_.cache_id;
   part->seq = NextSeq();
@@ -170,18 +187,43 @@ Status ClusterBook::PublishPart(const std::string& step_path) {
     p.in_flight = true;
     const uint64_t covers = p.requested;
     lock.Unlock();
-    Status st = PutPart(step_path);
+    PartRecord content;
+    Status st = PutPart(step_path, &content);
     lock.Lock();
     Publication& q = publications_[step_path];
     q.in_flight = false;
     if (st.ok()) {
       q.published = std::max(q.published, covers);
+      q.content = std::move(content);
     } else {
       q.failed_through = std::max(q.failed_through, covers);
       q.failure = st;
+      q.content.reset();
     }
     cv_.notify_all();
   }
+}
+
+Status ClusterBook::PublishClose(const std::string& step_path) {
+  // DCP and most trainers fsync each file, then close it: the fsync's PUT
+  // already told the committing node the file's path and final size, which
+  // is what SPEC asks to be there when close() returns. What the close
+  // changes is the open-writer count the committing node waits on: it can
+  // follow in the background (the book's thread, within milliseconds), so
+  // the trainer waits for one PUT per file, not two.
+  auto now = port_->PartSnapshot(step_path);
+  if (now.ok()) {
+    const PartRecord content = PartContent(*std::move(now));
+    MutexLock lock(&mu_);
+    auto it = publications_.find(step_path);
+    if (it != publications_.end() && it->second.content && *it->second.content == content) {
+      counters_.closes_published_later++;
+      republish_.insert(step_path);
+      cv_.notify_all();
+      return Status::Ok();
+    }
+  }
+  return PublishPart(step_path);
 }
 
 // ---- reading parts ------------------------------------------------------------
@@ -777,6 +819,7 @@ void ClusterBook::AddStatus(nlohmann::json* status) const {
         {"refreshes", counters_.refreshes.load()},
         {"deletes", counters_.deletes.load()},
         {"commit_watch_gets", counters_.commit_watch_gets.load()}};
+  block["closes_published_later"] = counters_.closes_published_later.load();
 }
 
 }  // namespace ckptfs

@@ -28,6 +28,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -78,6 +79,7 @@ class ClusterBook : public ClusterHooks {
   // ClusterHooks.
   const std::string& node() const override { return options_.node; }
   Status PublishPart(const std::string& step_path) override;
+  Status PublishClose(const std::string& step_path) override;
   Result<std::vector<PartRecord>> GatherParts(const std::string& step_path) override;
   Result<std::string> ReadPartFile(const std::string& step_path, const PartRecord::File& file,
                                    const std::string& owner, uint64_t offset, uint64_t length) override;
@@ -102,6 +104,9 @@ class ClusterBook : public ClusterHooks {
     std::atomic<uint64_t> refreshes{0};
     std::atomic<uint64_t> deletes{0};  // DeleteObjects requests
     std::atomic<uint64_t> commit_watch_gets{0};  // GETs of ~c by the commit watch
+    // Not a request: closes whose publication went to the background
+    // (PublishClose), the PUT counted in part_puts when it is made.
+    std::atomic<uint64_t> closes_published_later{0};
   };
   const Counters& counters() const { return counters_; }
   void AddStatus(nlohmann::json* status) const override;
@@ -115,9 +120,13 @@ class ClusterBook : public ClusterHooks {
     bool in_flight = false;
     uint64_t failed_through = 0;
     Status failure;
+    // What the newest successful PUT said of the files (PartContent), for
+    // PublishClose; unset after a failure.
+    std::optional<PartRecord> content;
   };
 
-  Status PutPart(const std::string& step_path) EXCLUDES(mu_);
+  // PUTs the part as it is now; *content gets what it said of the files.
+  Status PutPart(const std::string& step_path, PartRecord* content) EXCLUDES(mu_);
   // One refresh (LIST of the index, then applying it), unless another one
   // ran since the caller read generation `seen`.
   void RefreshNow(uint64_t seen) EXCLUDES(mu_);

@@ -100,6 +100,54 @@ TEST(ClusterCommitTest, ClosePublishesThePartBeforeItReturns) {
   EXPECT_EQ(a.book().counters().part_puts.load(), 1u);
 }
 
+TEST(ClusterCommitTest, ACloseAfterAnFsyncLeavesItsPutToTheBackground) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step_a = a.Step("step1");
+  const uint64_t step_b = b.Step("step1");
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  auto open = b.fs().Create(kRoot, step_b, "y", 0644, O_WRONLY);
+  ASSERT_TRUE(open.ok()) << open.status().ToString();
+  ASSERT_TRUE(b.fs().Write(open->second.fh, "BBBB", 4, 0).ok());
+  ASSERT_TRUE(b.fs().Fsync(open->second.fh, false).ok());
+  const uint64_t puts = b.book().counters().part_puts.load();
+  // The close returns without a PUT: the bucket already names y at 4 bytes.
+  ASSERT_TRUE(b.fs().Flush(open->second.fh).ok());
+  ASSERT_TRUE(b.fs().Release(open->second.fh).ok());
+  EXPECT_EQ(b.book().counters().part_puts.load(), puts);
+  EXPECT_EQ(b.book().counters().closes_published_later.load(), 1u);
+  // Until that PUT is made, the committing node waits for b's open writer.
+  a.Commit(step_a);
+  EXPECT_EQ(a.State(step_a), "writing");
+  EXPECT_NE(a.Xattr(step_a, "user.ckptfs.error").find("open for writing on node b"), std::string::npos)
+      << a.Xattr(step_a, "user.ckptfs.error");
+  b.book().RunOnceForTest();  // the book's thread makes it
+  EXPECT_EQ(b.book().counters().part_puts.load(), puts + 1);
+  a.Commit(step_a);
+  ASSERT_EQ(a.State(step_a), "committed");
+  // A close that changes what the bucket says of the files (written since
+  // the fsync, or never fsynced) still publishes before it returns.
+  const uint64_t step2_b = b.Step("step2");
+  auto again = b.fs().Create(kRoot, step2_b, "z", 0644, O_WRONLY);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(b.fs().Write(again->second.fh, "CC", 2, 0).ok());
+  ASSERT_TRUE(b.fs().Fsync(again->second.fh, false).ok());
+  ASSERT_TRUE(b.fs().Write(again->second.fh, "CC", 2, 2).ok());
+  const uint64_t before_close = b.book().counters().part_puts.load();
+  ASSERT_TRUE(b.fs().Flush(again->second.fh).ok());
+  ASSERT_TRUE(b.fs().Release(again->second.fh).ok());
+  EXPECT_EQ(b.book().counters().part_puts.load(), before_close + 1);
+  EXPECT_EQ(b.book().counters().closes_published_later.load(), 1u);
+  auto body = bucket.GetRange(PartRecordKey("run/step2", "b"), 0, UINT64_MAX);
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  auto part = DecodePartRecord(*body);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  ASSERT_EQ(part->files.size(), 1u);
+  EXPECT_EQ(part->files[0].size, 4u);
+  EXPECT_EQ(part->open_writers, 0u);
+}
+
 // A data store whose files' Sync() first runs a hook (then syncs as
 // MemoryDataStore does): a test sees what else happens while fsync waits
 // for the disk.
@@ -270,9 +318,11 @@ TEST(ClusterCommitTest, ANodeThatPublishedLearnsTheCommitWithoutALookup) {
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   b.book().RunOnceForTest();
   EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 0u);
-  // Its close publishes again; then node a commits the step.
+  // Its close publishes again (from the book's thread: nothing changed
+  // since the fsync but the open writer); then node a commits the step.
   ASSERT_TRUE(b.fs().Flush(open->second.fh).ok());
   ASSERT_TRUE(b.fs().Release(open->second.fh).ok());
+  b.book().RunOnceForTest();
   WriteFile(a.fs(), step_a, "x", "AAA");
   a.Commit(step_a);
   ASSERT_EQ(a.State(step_a), "committed");

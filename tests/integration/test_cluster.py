@@ -276,6 +276,9 @@ def test_dcp_two_nodes_four_ranks(cluster, dcp_ref):
     dcp_save(c, "run/step100", 4)          # ranks 0-1 on a, 2-3 on b; rank 0 renames .metadata on a
     assert_committed_everywhere(c, "run/step100", Want.of_dir(ref))
     assert c["a"].xattr("run/step100", "user.ckptfs.error") in (None, "")
+    # DCP fsyncs each shard, then closes it: the fsync published it, so b's closes
+    # left their PUT (the open-writer count) to the daemon's thread.
+    assert c["b"].status()["cluster"]["closes_published_later"] >= 1, c["b"].status()["cluster"]
     dcp_load(c["b"].path("run/step100"), 4)
 
 
