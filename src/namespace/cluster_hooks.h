@@ -33,11 +33,12 @@ class ClusterHooks {
   // file. Concurrent calls for one step share one PUT. Blocking.
   virtual Status PublishPart(const std::string& step_path) = 0;
 
-  // The same for a close(): when the bucket already names every file of the
-  // part as it is now (an fsync published them, and nothing was written
-  // since), only the open-writer count changed; that PUT is then made in the
-  // background and this returns at once. Otherwise PublishPart. Blocking.
-  virtual Status PublishClose(const std::string& step_path) = 0;
+  // The same for the close() of the file at rel_path (relative to the step,
+  // or to its staging directory): when the bucket already names that file as
+  // it is now (its fsync published it, and nothing was written since), what
+  // the close changes is the open-writer count, and that PUT is made in the
+  // background: this returns at once. Otherwise PublishPart. Blocking.
+  virtual Status PublishClose(const std::string& step_path, const std::string& rel_path) = 0;
 
   // Every node's part record of the step except this node's own (the
   // committing node knows its own files). Malformed records are an EIO

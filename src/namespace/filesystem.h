@@ -537,9 +537,13 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // The staging directory of a step path here (0 = none).
   uint64_t StagingDirOfLocked(const std::string& step_path) REQUIRES(mu_);
   // Publishes this node's part of the step (no-op for ""); call without mu_.
-  // EIO when the bucket cannot take it. closing: for a close(), which may
-  // leave the PUT to the background (ClusterHooks::PublishClose).
-  Status PublishPartOf(const std::string& step_path, bool closing = false) EXCLUDES(mu_);
+  // EIO when the bucket cannot take it. closed_rel: the file a close() is
+  // for (its path in the step), whose PUT may go to the background
+  // (ClusterHooks::PublishClose).
+  Status PublishPartOf(const std::string& step_path, const std::string* closed_rel = nullptr) EXCLUDES(mu_);
+  // A file's path relative to the step at step_path, or to its staging
+  // directory ("" when under neither).
+  std::string PathInStepLocked(uint64_t ino, const std::string& step_path) REQUIRES(mu_);
   // fsync's local half: the backing file (and a new file's directory entry)
   // made durable, and the inode's record written with a synced batch.
   Status SyncFileAndRecord(FileHandle* fh) EXCLUDES(mu_);

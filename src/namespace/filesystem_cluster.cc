@@ -62,6 +62,14 @@ uint64_t FileSystem::StagingDirOfLocked(const std::string& step_path) {
   return dir && dir->is_dir() && !steps_.count(ino) ? ino : 0;
 }
 
+std::string FileSystem::PathInStepLocked(uint64_t ino, const std::string& step_path) {
+  const std::string path = inodes_.PathOf(ino);
+  for (const std::string& base : {step_path + "/", step_path + "-tmp/"}) {
+    if (path.size() > base.size() && path.compare(0, base.size(), base) == 0) return path.substr(base.size());
+  }
+  return "";
+}
+
 std::string FileSystem::ClusterStepOfLocked(uint64_t ino) {
   if (!cluster_) return "";
   const uint64_t step = steps_.StepOf(inodes_, ino);
@@ -95,9 +103,9 @@ int64_t FileSystem::CommitPendingSinceNs() {
   return newest;
 }
 
-Status FileSystem::PublishPartOf(const std::string& step_path, bool closing) {
+Status FileSystem::PublishPartOf(const std::string& step_path, const std::string* closed_rel) {
   if (step_path.empty() || !cluster_) return Status::Ok();
-  Status st = closing ? cluster_->PublishClose(step_path) : cluster_->PublishPart(step_path);
+  Status st = closed_rel ? cluster_->PublishClose(step_path, *closed_rel) : cluster_->PublishPart(step_path);
   if (!st.ok()) {
     // The trainer's close fails: its file is on this node's disk, but the
     // committing node could not know of it, so the save must not go on as if

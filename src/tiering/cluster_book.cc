@@ -204,19 +204,29 @@ Status ClusterBook::PublishPart(const std::string& step_path) {
   }
 }
 
-Status ClusterBook::PublishClose(const std::string& step_path) {
+Status ClusterBook::PublishClose(const std::string& step_path, const std::string& rel_path) {
   // DCP and most trainers fsync each file, then close it: the fsync's PUT
   // already told the committing node the file's path and final size, which
   // is what SPEC asks to be there when close() returns. What the close
   // changes is the open-writer count the committing node waits on: it can
   // follow in the background (the book's thread, within milliseconds), so
-  // the trainer waits for one PUT per file, not two.
+  // the trainer waits for one PUT per file, not two. Only this file counts:
+  // another rank's file that changed since is published by its own fsync
+  // or close.
   auto now = port_->PartSnapshot(step_path);
-  if (now.ok()) {
-    const PartRecord content = PartContent(*std::move(now));
+  auto file_in = [&rel_path](const PartRecord& part) -> const PartRecord::File* {
+    for (const auto& f : part.files) {
+      if (f.path == rel_path) return &f;
+    }
+    return nullptr;
+  };
+  if (now.ok() && !rel_path.empty()) {
+    const PartRecord::File* mine = file_in(*now);
     MutexLock lock(&mu_);
     auto it = publications_.find(step_path);
-    if (it != publications_.end() && it->second.content && *it->second.content == content) {
+    const PartRecord::File* put =
+        it != publications_.end() && it->second.content ? file_in(*it->second.content) : nullptr;
+    if (mine && put && *mine == *put && now->staged_as == it->second.content->staged_as) {
       counters_.closes_published_later++;
       republish_.insert(step_path);
       cv_.notify_all();

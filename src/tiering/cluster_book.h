@@ -79,7 +79,7 @@ class ClusterBook : public ClusterHooks {
   // ClusterHooks.
   const std::string& node() const override { return options_.node; }
   Status PublishPart(const std::string& step_path) override;
-  Status PublishClose(const std::string& step_path) override;
+  Status PublishClose(const std::string& step_path, const std::string& rel_path) override;
   Result<std::vector<PartRecord>> GatherParts(const std::string& step_path) override;
   Result<std::string> ReadPartFile(const std::string& step_path, const PartRecord::File& file,
                                    const std::string& owner, uint64_t offset, uint64_t length) override;
