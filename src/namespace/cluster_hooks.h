@@ -33,12 +33,12 @@ class ClusterHooks {
   // file. Concurrent calls for one step share one PUT. Blocking.
   virtual Status PublishPart(const std::string& step_path) = 0;
 
-  // The same for the close() of the file at rel_path (relative to the step,
-  // or to its staging directory): when the bucket already names that file as
-  // it is now (its fsync published it, and nothing was written since), what
-  // the close changes is the open-writer count, and that PUT is made in the
-  // background: this returns at once. Otherwise PublishPart. Blocking.
-  virtual Status PublishClose(const std::string& step_path, const std::string& rel_path) = 0;
+  // The same for the close() of a file of the part (`closed`: its path in
+  // the step, size, mode and mtime as they are now): when the bucket already
+  // names that file so (its fsync published it, and nothing was written
+  // since), what the close changes is the open-writer count, and that PUT is
+  // made in the background: this returns at once. Otherwise PublishPart.
+  virtual Status PublishClose(const std::string& step_path, const PartRecord::File& closed) = 0;
 
   // Every node's part record of the step except this node's own (the
   // committing node knows its own files). Malformed records are an EIO

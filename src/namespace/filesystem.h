@@ -537,10 +537,12 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // The staging directory of a step path here (0 = none).
   uint64_t StagingDirOfLocked(const std::string& step_path) REQUIRES(mu_);
   // Publishes this node's part of the step (no-op for ""); call without mu_.
-  // EIO when the bucket cannot take it. closed_rel: the file a close() is
-  // for (its path in the step), whose PUT may go to the background
+  // EIO when the bucket cannot take it. closed: the file a close() is for,
+  // as its part record names it, whose PUT may go to the background
   // (ClusterHooks::PublishClose).
-  Status PublishPartOf(const std::string& step_path, const std::string* closed_rel = nullptr) EXCLUDES(mu_);
+  Status PublishPartOf(const std::string& step_path, const PartRecord::File* closed = nullptr) EXCLUDES(mu_);
+  // A regular file's entry in a part record: path (rel), size, mode, mtime.
+  PartRecord::File PartFileLocked(const Inode& file, const std::string& rel) REQUIRES(mu_);
   // A file's path relative to the step at step_path, or to its staging
   // directory ("" when under neither).
   std::string PathInStepLocked(uint64_t ino, const std::string& step_path) REQUIRES(mu_);

@@ -103,9 +103,9 @@ int64_t FileSystem::CommitPendingSinceNs() {
   return newest;
 }
 
-Status FileSystem::PublishPartOf(const std::string& step_path, const std::string* closed_rel) {
+Status FileSystem::PublishPartOf(const std::string& step_path, const PartRecord::File* closed) {
   if (step_path.empty() || !cluster_) return Status::Ok();
-  Status st = closed_rel ? cluster_->PublishClose(step_path, *closed_rel) : cluster_->PublishPart(step_path);
+  Status st = closed ? cluster_->PublishClose(step_path, *closed) : cluster_->PublishPart(step_path);
   if (!st.ok()) {
     // The trainer's close fails: its file is on this node's disk, but the
     // committing node could not know of it, so the save must not go on as if
@@ -123,6 +123,15 @@ void FileSystem::MaybeRefreshCluster() {
   if (cluster_) cluster_->MaybeRefresh();
 }
 
+PartRecord::File FileSystem::PartFileLocked(const Inode& file, const std::string& rel) {
+  PartRecord::File f;
+  f.path = rel;
+  f.size = file.rec.size;
+  f.mode = file.rec.mode & 07777;
+  f.mtime_ns = MtimeNanos(file);
+  return f;
+}
+
 void FileSystem::CollectPartLocked(Inode* dir, const std::string& prefix, PartRecord* part) {
   for (const auto& [name, dent] : dir->children) {
     Inode* child = inodes_.Find(dent.ino);
@@ -136,11 +145,7 @@ void FileSystem::CollectPartLocked(Inode* dir, const std::string& prefix, PartRe
     } else if (child->is_reg()) {
       // Files materialised from other nodes' parts are theirs.
       if (child->object && !child->object->owner_node.empty()) continue;
-      PartRecord::File f;
-      f.path = rel;
-      f.size = child->rec.size;
-      f.mode = child->rec.mode & 07777;
-      f.mtime_ns = MtimeNanos(*child);
+      PartRecord::File f = PartFileLocked(*child, rel);
       const bool current = ObjectIsCurrent(*child, part->step_path + "/" + rel) &&
                            !ledger_.IsQueued(child->rec.ino) && child->object->crc_known;
       if (current) {

@@ -201,7 +201,8 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n, bool kil
 }
 
 Status FileSystem::Flush(FileHandle* fh) {
-  std::string publish, closed_rel;
+  std::string publish;
+  PartRecord::File closed;
   bool start_writeback = false;
   {
     MutexLock lock(&mu_);
@@ -223,7 +224,7 @@ Status FileSystem::Flush(FileHandle* fh) {
     }
     CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
     if (fh->writable) publish = ClusterStepOfLocked(fh->ino);
-    if (!publish.empty()) closed_rel = PathInStepLocked(fh->ino, publish);
+    if (!publish.empty()) closed = PartFileLocked(*inode, PathInStepLocked(fh->ino, publish));
   }
   // The commit that follows syncs this file: a small file's writeback
   // starts now, while the trainer goes on (kEarlyWritebackMaxBytes,
@@ -231,7 +232,7 @@ Status FileSystem::Flush(FileHandle* fh) {
   if (start_writeback) data_->StartWriteback(fh->ino);
   // Cluster mode: close() returns once the committing node can see the file
   // (at once when an fsync already published it as it is: PublishClose).
-  return PublishPartOf(publish, &closed_rel);
+  return PublishPartOf(publish, &closed);
 }
 
 void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch) {

@@ -121,29 +121,12 @@ uint64_t ClusterBook::NextSeq() {
 
 // ---- publication -------------------------------------------------------------
 
-namespace {
-
-// A part record less what changes without its files changing: the writers
-// still open, the time of the last write, and what each PUT stamps.
-PartRecord PartContent(PartRecord part) {
-  part.node.clear();
-  part.cache_id.clear();
-  part.seq = 0;
-  part.published_at = 0;
-  part.open_writers = 0;
-  part.last_activity = 0;
-  return part;
-}
-
-}  // namespace
-
-Status ClusterBook::PutPart(const std::string& step_path, PartRecord* content) {
+Status ClusterBook::PutPart(const std::string& step_path, std::vector<PartRecord::File>* files) {
   auto part = port_->PartSnapshot(step_path);
   if (!part.ok()) {
     // The step went away (renamed, removed): nothing of it to publish.
     return part.status().err() == ENOENT ? Status::Ok() : part.status();
   }
-  *content = PartContent(*part);
   part->node = options_.node;
   part->cache_id = options_.cache_id;
   part->seq = NextSeq();
@@ -153,6 +136,7 @@ Status ClusterBook::PutPart(const std::string& step_path, PartRecord* content) {
   }
   const std::string key = PartRecordKey(step_path, options_.node);
   const std::string body = EncodePartRecord(*part);
+  *files = std::move(part->files);
   // The store client retries each request; beyond that, a bucket that is
   // down holds the close for up to publish_timeout, then fails it.
   const int64_t deadline = Now() + options_.publish_timeout_ns;
@@ -187,24 +171,24 @@ Status ClusterBook::PublishPart(const std::string& step_path) {
     p.in_flight = true;
     const uint64_t covers = p.requested;
     lock.Unlock();
-    PartRecord content;
-    Status st = PutPart(step_path, &content);
+    std::vector<PartRecord::File> files;
+    Status st = PutPart(step_path, &files);
     lock.Lock();
     Publication& q = publications_[step_path];
     q.in_flight = false;
     if (st.ok()) {
       q.published = std::max(q.published, covers);
-      q.content = std::move(content);
+      q.files = std::move(files);
     } else {
       q.failed_through = std::max(q.failed_through, covers);
       q.failure = st;
-      q.content.reset();
+      q.files.clear();
     }
     cv_.notify_all();
   }
 }
 
-Status ClusterBook::PublishClose(const std::string& step_path, const std::string& rel_path) {
+Status ClusterBook::PublishClose(const std::string& step_path, const PartRecord::File& closed) {
   // DCP and most trainers fsync each file, then close it: the fsync's PUT
   // already told the committing node the file's path and final size, which
   // is what SPEC asks to be there when close() returns. What the close
@@ -213,24 +197,21 @@ Status ClusterBook::PublishClose(const std::string& step_path, const std::string
   // the trainer waits for one PUT per file, not two. Only this file counts:
   // another rank's file that changed since is published by its own fsync
   // or close.
-  auto now = port_->PartSnapshot(step_path);
-  auto file_in = [&rel_path](const PartRecord& part) -> const PartRecord::File* {
-    for (const auto& f : part.files) {
-      if (f.path == rel_path) return &f;
-    }
-    return nullptr;
-  };
-  if (now.ok() && !rel_path.empty()) {
-    const PartRecord::File* mine = file_in(*now);
+  {
     MutexLock lock(&mu_);
     auto it = publications_.find(step_path);
-    const PartRecord::File* put =
-        it != publications_.end() && it->second.content ? file_in(*it->second.content) : nullptr;
-    if (mine && put && *mine == *put && now->staged_as == it->second.content->staged_as) {
-      counters_.closes_published_later++;
-      republish_.insert(step_path);
-      cv_.notify_all();
-      return Status::Ok();
+    if (it != publications_.end() && !closed.path.empty()) {
+      // A part's files are sorted by path (PartSnapshot).
+      const auto& files = it->second.files;
+      auto f = std::lower_bound(files.begin(), files.end(), closed.path,
+                                [](const PartRecord::File& a, const std::string& path) { return a.path < path; });
+      if (f != files.end() && f->path == closed.path && f->size == closed.size && f->mode == closed.mode &&
+          f->mtime_ns == closed.mtime_ns) {
+        counters_.closes_published_later++;
+        republish_.insert(step_path);
+        cv_.notify_all();
+        return Status::Ok();
+      }
     }
   }
   return PublishPart(step_path);

@@ -28,10 +28,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -79,7 +79,7 @@ class ClusterBook : public ClusterHooks {
   // ClusterHooks.
   const std::string& node() const override { return options_.node; }
   Status PublishPart(const std::string& step_path) override;
-  Status PublishClose(const std::string& step_path, const std::string& rel_path) override;
+  Status PublishClose(const std::string& step_path, const PartRecord::File& closed) override;
   Result<std::vector<PartRecord>> GatherParts(const std::string& step_path) override;
   Result<std::string> ReadPartFile(const std::string& step_path, const PartRecord::File& file,
                                    const std::string& owner, uint64_t offset, uint64_t length) override;
@@ -120,13 +120,13 @@ class ClusterBook : public ClusterHooks {
     bool in_flight = false;
     uint64_t failed_through = 0;
     Status failure;
-    // What the newest successful PUT said of the files (PartContent), for
-    // PublishClose; unset after a failure.
-    std::optional<PartRecord> content;
+    // The files the newest successful PUT named, for PublishClose; empty
+    // after a failure.
+    std::vector<PartRecord::File> files;
   };
 
-  // PUTs the part as it is now; *content gets what it said of the files.
-  Status PutPart(const std::string& step_path, PartRecord* content) EXCLUDES(mu_);
+  // PUTs the part as it is now; *files gets the files it named.
+  Status PutPart(const std::string& step_path, std::vector<PartRecord::File>* files) EXCLUDES(mu_);
   // One refresh (LIST of the index, then applying it), unless another one
   // ran since the caller read generation `seen`.
   void RefreshNow(uint64_t seen) EXCLUDES(mu_);

@@ -100,21 +100,38 @@ TEST(ClusterCommitTest, ClosePublishesThePartBeforeItReturns) {
   EXPECT_EQ(a.book().counters().part_puts.load(), 1u);
 }
 
+// The part record of run/<step> that node has in the bucket.
+Result<PartRecord> PartInBucket(ObjectStore& bucket, const std::string& step, const std::string& node) {
+  auto body = bucket.GetRange(PartRecordKey("run/" + step, node), 0, UINT64_MAX);
+  if (!body.ok()) return body.status();
+  return DecodePartRecord(*body);
+}
+
+// Opens a new file for writing on the node and writes data into it.
+FileHandle* CreateAndWrite(Node& n, uint64_t dir, const std::string& name, const std::string& data) {
+  auto open = n.fs().Create(kRoot, dir, name, 0644, O_WRONLY);
+  EXPECT_TRUE(open.ok()) << open.status().ToString();
+  if (!open.ok()) return nullptr;
+  EXPECT_TRUE(n.fs().Write(open->second.fh, data.data(), data.size(), 0).ok());
+  return open->second.fh;
+}
+
+void Close(Node& n, FileHandle* fh) {
+  ASSERT_TRUE(n.fs().Flush(fh).ok());
+  ASSERT_TRUE(n.fs().Release(fh).ok());
+}
+
 TEST(ClusterCommitTest, ACloseAfterAnFsyncLeavesItsPutToTheBackground) {
   MemoryObjectStore bucket;
   Node a("a", &bucket);
   Node b("b", &bucket);
   const uint64_t step_a = a.Step("step1");
-  const uint64_t step_b = b.Step("step1");
   WriteFile(a.fs(), step_a, "x", "AAA");
-  auto open = b.fs().Create(kRoot, step_b, "y", 0644, O_WRONLY);
-  ASSERT_TRUE(open.ok()) << open.status().ToString();
-  ASSERT_TRUE(b.fs().Write(open->second.fh, "BBBB", 4, 0).ok());
-  ASSERT_TRUE(b.fs().Fsync(open->second.fh, false).ok());
+  FileHandle* const fh = CreateAndWrite(b, b.Step("step1"), "y", "BBBB");
+  ASSERT_TRUE(b.fs().Fsync(fh, false).ok());
   const uint64_t puts = b.book().counters().part_puts.load();
   // The close returns without a PUT: the bucket already names y at 4 bytes.
-  ASSERT_TRUE(b.fs().Flush(open->second.fh).ok());
-  ASSERT_TRUE(b.fs().Release(open->second.fh).ok());
+  Close(b, fh);
   EXPECT_EQ(b.book().counters().part_puts.load(), puts);
   EXPECT_EQ(b.book().counters().closes_published_later.load(), 1u);
   // Until that PUT is made, the committing node waits for b's open writer.
@@ -125,48 +142,46 @@ TEST(ClusterCommitTest, ACloseAfterAnFsyncLeavesItsPutToTheBackground) {
   b.book().RunOnceForTest();  // the book's thread makes it
   EXPECT_EQ(b.book().counters().part_puts.load(), puts + 1);
   a.Commit(step_a);
-  ASSERT_EQ(a.State(step_a), "committed");
-  // Two ranks on one node: the other rank's file changing after this one's
-  // fsync does not hold this close (that file is its own writer's to publish).
-  const uint64_t step3_b = b.Step("step3");
-  auto first = b.fs().Create(kRoot, step3_b, "r0", 0644, O_WRONLY);
-  auto second = b.fs().Create(kRoot, step3_b, "r1", 0644, O_WRONLY);
-  ASSERT_TRUE(first.ok() && second.ok());
-  ASSERT_TRUE(b.fs().Write(first->second.fh, "00", 2, 0).ok());
-  ASSERT_TRUE(b.fs().Fsync(first->second.fh, false).ok());
-  ASSERT_TRUE(b.fs().Write(second->second.fh, "111", 3, 0).ok());
-  const uint64_t before_r0 = b.book().counters().part_puts.load();
-  ASSERT_TRUE(b.fs().Flush(first->second.fh).ok());
-  ASSERT_TRUE(b.fs().Release(first->second.fh).ok());
-  EXPECT_EQ(b.book().counters().part_puts.load(), before_r0);
-  EXPECT_EQ(b.book().counters().closes_published_later.load(), 2u);
-  // r1 was never fsynced: its close publishes it before returning.
-  ASSERT_TRUE(b.fs().Flush(second->second.fh).ok());
-  ASSERT_TRUE(b.fs().Release(second->second.fh).ok());
-  EXPECT_EQ(b.book().counters().closes_published_later.load(), 2u);
-  auto step3 = DecodePartRecord(*bucket.GetRange(PartRecordKey("run/step3", "b"), 0, UINT64_MAX));
-  ASSERT_TRUE(step3.ok()) << step3.status().ToString();
-  ASSERT_EQ(step3->files.size(), 2u);
-  EXPECT_EQ(step3->files[1].path, "r1");
-  EXPECT_EQ(step3->files[1].size, 3u);
-  EXPECT_EQ(step3->open_writers, 0u);
+  EXPECT_EQ(a.State(step_a), "committed");
+}
 
-  // A close that changes what the bucket says of its file (written since
-  // the fsync, or never fsynced) publishes before it returns.
-  const uint64_t step2_b = b.Step("step2");
-  auto again = b.fs().Create(kRoot, step2_b, "z", 0644, O_WRONLY);
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
-  ASSERT_TRUE(b.fs().Write(again->second.fh, "CC", 2, 0).ok());
-  ASSERT_TRUE(b.fs().Fsync(again->second.fh, false).ok());
-  ASSERT_TRUE(b.fs().Write(again->second.fh, "CC", 2, 2).ok());
-  const uint64_t before_close = b.book().counters().part_puts.load();
-  ASSERT_TRUE(b.fs().Flush(again->second.fh).ok());
-  ASSERT_TRUE(b.fs().Release(again->second.fh).ok());
-  EXPECT_EQ(b.book().counters().part_puts.load(), before_close + 1);
-  EXPECT_EQ(b.book().counters().closes_published_later.load(), 2u);
-  auto body = bucket.GetRange(PartRecordKey("run/step2", "b"), 0, UINT64_MAX);
-  ASSERT_TRUE(body.ok()) << body.status().ToString();
-  auto part = DecodePartRecord(*body);
+TEST(ClusterCommitTest, AnotherRanksFileChangingDoesNotHoldAClose) {
+  MemoryObjectStore bucket;
+  Node b("b", &bucket);
+  const uint64_t step = b.Step("step3");
+  // Two ranks on one node: r1 is written after r0's fsync; r0's close still
+  // waits for nothing (r1 is its own writer's to publish).
+  FileHandle* const r0 = CreateAndWrite(b, step, "r0", "00");
+  FileHandle* const r1 = CreateAndWrite(b, step, "r1", "");
+  ASSERT_TRUE(b.fs().Fsync(r0, false).ok());
+  ASSERT_TRUE(b.fs().Write(r1, "111", 3, 0).ok());
+  const uint64_t puts = b.book().counters().part_puts.load();
+  Close(b, r0);
+  EXPECT_EQ(b.book().counters().part_puts.load(), puts);
+  EXPECT_EQ(b.book().counters().closes_published_later.load(), 1u);
+  // r1 was never fsynced: its close publishes it before returning.
+  Close(b, r1);
+  EXPECT_EQ(b.book().counters().part_puts.load(), puts + 1);
+  EXPECT_EQ(b.book().counters().closes_published_later.load(), 1u);
+  auto part = PartInBucket(bucket, "step3", "b");
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  ASSERT_EQ(part->files.size(), 2u);
+  EXPECT_EQ(part->files[1].path, "r1");
+  EXPECT_EQ(part->files[1].size, 3u);
+  EXPECT_EQ(part->open_writers, 0u);
+}
+
+TEST(ClusterCommitTest, ACloseAfterWritesSinceTheFsyncPublishesBeforeItReturns) {
+  MemoryObjectStore bucket;
+  Node b("b", &bucket);
+  FileHandle* const fh = CreateAndWrite(b, b.Step("step2"), "z", "CC");
+  ASSERT_TRUE(b.fs().Fsync(fh, false).ok());
+  ASSERT_TRUE(b.fs().Write(fh, "CC", 2, 2).ok());
+  const uint64_t puts = b.book().counters().part_puts.load();
+  Close(b, fh);
+  EXPECT_EQ(b.book().counters().part_puts.load(), puts + 1);
+  EXPECT_EQ(b.book().counters().closes_published_later.load(), 0u);
+  auto part = PartInBucket(bucket, "step2", "b");
   ASSERT_TRUE(part.ok()) << part.status().ToString();
   ASSERT_EQ(part->files.size(), 1u);
   EXPECT_EQ(part->files[0].size, 4u);
