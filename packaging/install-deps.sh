@@ -23,12 +23,15 @@ deb_pkgs=(
 # to look at what ckptfs wrote to S3 from the outside; crcmod (a C CRC32C)
 # checks the writer library's checksums independently of ours; clang-14 and
 # its libFuzzer build the format readers' fuzz targets (tests/fuzz), and
-# clang-14 runs the thread-safety analysis (tools/thread_safety_check.py).
+# clang-14 runs the thread-safety analysis (tools/thread_safety_check.py);
+# clang-format-14 (with git clang-format-14) checks the formatting of changed
+# lines (tools/check_format.sh, the 'format' test).
 test_pkgs=(
   attr python3-pytest python3-torch python3-crcmod python3-numpy
   nodejs npm
   awscli s3fs
   clang-14 libclang-rt-14-dev
+  clang-format-14
 )
 
 log() { echo "install-deps: $*"; }
