@@ -50,9 +50,18 @@ Status MetadataReserve::Admit(uint64_t n) {
   if (!fits() && !stale) RefreshLocked(now);
   if (!known_) return Status::Ok();
   if (!fits()) {
-    return Status::Error(ENOSPC, "the cache filesystem has " + std::to_string(avail_ >> 20) +
-                                     " MiB free, within the " + std::to_string(reserve_ >> 20) +
-                                     " MiB kept for the manifest (--metadata-reserve)");
+    const std::string free_now =
+        "the cache filesystem has " + std::to_string(avail_ >> 20) + " MiB free";
+    const std::string kept =
+        std::to_string(reserve_ >> 20) + " MiB kept for the manifest (--metadata-reserve)";
+    // Say which is true: the disk is already within the reserve, or this
+    // write is what would take it there.
+    if (avail_ < admitted_since_ || avail_ - admitted_since_ < reserve_) {
+      return Status::Error(ENOSPC, free_now + ", within the " + kept);
+    }
+    return Status::Error(ENOSPC, "writing " + std::to_string(n) +
+                                     " bytes would leave less than the " + kept + " free (" +
+                                     free_now + ")");
   }
   admitted_since_ += n;
   return Status::Ok();

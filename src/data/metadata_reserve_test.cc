@@ -21,6 +21,11 @@ TEST(MetadataReserveTest, RefusesDataThatWouldEatIntoTheReserve) {
   // 74 MiB free: 20 more would leave 54 < 64.
   Status st = reserve.Admit(20 * kMiB);
   EXPECT_EQ(st.err(), ENOSPC) << st.ToString();
+  // The message says what is true: the disk is not within the reserve yet,
+  // this write would take it there.
+  EXPECT_NE(st.message().find("writing 20971520 bytes would leave less than the 64 MiB kept"),
+            std::string::npos)
+      << st.ToString();
   // Metadata-sized requests near the limit are still fine.
   EXPECT_TRUE(reserve.Admit(0).ok());
 }

@@ -70,9 +70,9 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
     if (inode->is_dir()) return Status::Error(EISDIR, "is a directory");
     if (!inode->is_reg()) return Status::Error(EINVAL, "not a regular file");
     if (inode->rec.sealed) return Status::Error(EROFS, "file belongs to a committed step and is read-only");
-    // Growing a file reserves nothing on disk (sparse), but a trainer that
-    // truncates up then writes is writing data: refused within the reserve.
-    if (*req.size > inode->rec.size) CKPTFS_RETURN_IF_ERROR(reserve_->Admit(*req.size - inode->rec.size));
+    // Growing a file allocates nothing on disk (the extension is a hole):
+    // the cache filesystem answers, with success or its own EFBIG. The data
+    // written into the hole later is admitted by those writes.
     CKPTFS_RETURN_IF_ERROR(data_->Unseal(ino, /*keep_contents=*/*req.size > 0));
     std::unique_ptr<BackingFile> own;
     BackingFile* file = fh && fh->file ? fh->file.get() : nullptr;

@@ -109,6 +109,42 @@ def test_truncate_shrink_and_extend(ckptfs):
     assert read_file(p) == b""
 
 
+def _truncate_outcome(path, size):
+    try:
+        os.truncate(path, size)
+        return 0
+    except OSError as e:
+        return e.errno
+
+
+@pytest.mark.parametrize("size", [1 << 40, 999999999999999])
+def test_sparse_extension_answers_as_the_cache_filesystem(ckptfs, size):
+    # pjdfstest truncate/12: extending a file allocates nothing (a hole), so
+    # the metadata reserve has no say; the answer is the cache filesystem's
+    # own (success, or EFBIG beyond its largest file), never ENOSPC.
+    plain = os.path.join(ckptfs.cache, "plain-truncate-probe")
+    write_file(plain, b"x")
+    expected = _truncate_outcome(plain, size)
+    os.unlink(plain)
+    p = ckptfs.path("sparse.bin")
+    write_file(p, b"head")
+    got = _truncate_outcome(p, size)
+    assert got == expected, f"truncate to {size}: {errno.errorcode.get(got, got)}, " \
+                            f"the cache filesystem gives {errno.errorcode.get(expected, expected)}"
+    fd = os.open(p, os.O_RDWR)
+    try:
+        try:  # ftruncate/12 alike
+            os.ftruncate(fd, size)
+            got = 0
+        except OSError as e:
+            got = e.errno
+        assert got == expected, f"ftruncate to {size}: {errno.errorcode.get(got, got)}"
+        os.ftruncate(fd, 4)
+    finally:
+        os.close(fd)
+    assert read_file(p) == b"head"
+
+
 def test_fsync_and_fdatasync(ckptfs):
     p = ckptfs.path("durable.bin")
     fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
