@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "common/time_convert.h"
+
 namespace ckptfs {
 
 timespec SystemClock::Now() const {
@@ -13,7 +15,7 @@ timespec SystemClock::Now() const {
 int64_t SystemClock::MonotonicNanos() const {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  return TimespecToNanos(ts);
 }
 
 bool Clock::WaitFor(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, int64_t nanos,
@@ -32,10 +34,7 @@ const Clock& SystemClockInstance() {
   return clock;
 }
 
-timespec ManualClock::Now() const {
-  const int64_t ns = wall_ns_.load();
-  return timespec{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-}
+timespec ManualClock::Now() const { return NanosToTimespec(wall_ns_.load()); }
 
 bool ManualClock::WaitFor(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                           int64_t nanos, const std::function<bool()>& done) const {

@@ -7,6 +7,8 @@
 #include <ctime>
 #include <fstream>
 
+#include "common/time_convert.h"
+
 namespace ckptfs {
 
 namespace {
@@ -98,7 +100,7 @@ void EventLog::Append(nlohmann::json event) {
   if (!event.contains("time")) {
     timespec ts{};
     clock_gettime(CLOCK_REALTIME, &ts);
-    event["time"] = static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+    event["time"] = TimespecToSeconds(ts);
   }
   const std::string kind = event.value("event", "");
   const LogLevel level = LevelOf(event);

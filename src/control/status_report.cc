@@ -6,10 +6,6 @@
 
 namespace ckptfs {
 
-double TimespecToSeconds(const timespec& ts) {
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
 std::string RenderStatusJson(const StatusInfo& info, const std::vector<StatusStep>& steps) {
   nlohmann::json j;
   j["version"] = CKPTFS_VERSION;

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/time_convert.h"  // TimespecToSeconds, for the callers of this header
 #include "manifest/records.h"
 
 namespace ckptfs {
@@ -47,9 +48,5 @@ struct StatusInfo {
 };
 
 std::string RenderStatusJson(const StatusInfo& info, const std::vector<StatusStep>& steps);
-
-// "2026-11-22T19:09:00.123Z"-free form used everywhere: unix seconds as a
-// double, or null when ts is zero.
-double TimespecToSeconds(const timespec& ts);
 
 }  // namespace ckptfs

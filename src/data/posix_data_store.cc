@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <limits>
 
+#include "common/time_convert.h"
+
 namespace ckptfs {
 
 namespace {
@@ -121,8 +123,7 @@ Result<BackingFile::Identity> PosixBackingFile::Stat() {
   struct stat st{};
   if (::fstat(fd_, &st) != 0) return Status::FromErrno("fstat " + path_);
   return Identity{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-                  static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec,
-                  static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+                  TimespecToNanos(st.st_ctim), TimespecToNanos(st.st_mtim)};
 }
 
 Result<std::unique_ptr<PosixDataStore>> PosixDataStore::OpenDir(const std::string& dir,

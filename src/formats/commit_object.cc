@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/crc32c_chunks.h"
+#include "common/time_convert.h"
 
 namespace ckptfs {
 
@@ -77,8 +78,8 @@ std::string EncodeCommitObject(const CommitObject& obj) {
       {"version", kFormatVersion},
       {"step_path", obj.step_path},
       {"step", obj.step},
-      {"committed_at", static_cast<double>(obj.committed_at.tv_sec) + obj.committed_at.tv_nsec / 1e9},
-      {"committed_at_ns", static_cast<int64_t>(obj.committed_at.tv_sec) * 1'000'000'000 + obj.committed_at.tv_nsec},
+      {"committed_at", TimespecToSeconds(obj.committed_at)},
+      {"committed_at_ns", TimespecToNanos(obj.committed_at)},
       {"dir_mtime_ns", obj.dir_mtime_ns},
       {"ephemeral", obj.ephemeral},
       {"bytes", obj.bytes},
@@ -107,8 +108,7 @@ Result<CommitObject> DecodeCommitObject(const std::string& json, const std::stri
     obj.step = j.at("step").get<int64_t>();
     const int64_t ns = j.at("committed_at_ns").get<int64_t>();
     if (ns < 0) return bad("negative commit time");
-    obj.committed_at.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-    obj.committed_at.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    obj.committed_at = NanosToTimespec(ns);
     obj.dir_mtime_ns = j.value("dir_mtime_ns", int64_t{0});
     if (obj.dir_mtime_ns < 0) return bad("negative directory mtime");
     obj.ephemeral = j.value("ephemeral", false);

@@ -17,8 +17,8 @@ constexpr int64_t kClusterPollNs = 100'000'000;
 // Another node's part still counts files open for writing: most often the
 // trainer closed them a moment ago and that close's PUT is on its way
 // (ClusterHooks::PublishClose), so the first attempts come sooner: 5, 10,
-// 20, 40 ms, then every kClusterPollNs. Each attempt is a LIST and a GET of
-// each part, so the burst is bounded (4 more gathers per wait).
+// 20, 40, 80 ms, then every kClusterPollNs. Each attempt is a LIST and a GET
+// of each part, so the burst is bounded (5 more gathers per wait).
 constexpr int64_t kOpenWritersFirstPollNs = 5'000'000;
 
 // The step's files as the completeness check sees them: sizes from the
@@ -299,8 +299,11 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   }
   // Nothing lists this step's files: wait until it is quiet, so a rank that
   // writes its file just after rank 0's marker is still part of the step.
+  // An explicit commit is the user's word that the step is complete (SPEC
+  // section 3): it does not wait for quiet.
   const int64_t settle_ns = plan->settle_ns;
-  if (!check.lists_every_file && !plan->renamed && settle_ns > 0 && plan->quiet_ns < settle_ns) {
+  if (!check.lists_every_file && !plan->renamed && !plan->explicit_commit && settle_ns > 0 &&
+      plan->quiet_ns < settle_ns) {
     char why[160];
     std::snprintf(why, sizeof why, "settling: commits after %.3g s without writes in the step (%s)",
                   static_cast<double>(settle_ns) / 1e9, check.reason.c_str());

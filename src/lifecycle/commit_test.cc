@@ -192,7 +192,7 @@ TEST(CommitTest, APendingCommitHoldsUploadsBackUntilItEnds) {
   WriteFile(fs, step, "a", "1");
   EXPECT_EQ(fs.CommitPendingSinceNs(), 0);
   const int64_t asked = env.clock.MonotonicNanos();
-  fs.RequestCommit(step);
+  WriteFile(fs, step, "trainer_state.json", "{}");  // Hugging Face's marker: settles
   env.DrainCommits();
   EXPECT_EQ(StateOf(fs, step), "writing");  // settling
   EXPECT_EQ(fs.CommitPendingSinceNs(), asked);
@@ -237,8 +237,8 @@ TEST(CommitTest, ASettlingCommitLandsWhenTheQuietIsDueNotAtTheNextTick) {
   auto& fs = env.fs();
   const uint64_t step = Mkdir(fs, kRootIno, "step1");
   WriteFile(fs, step, "a", "1");
+  WriteFile(fs, step, "trainer_state.json", "{}");  // a marker that lists no files: settles
   const int64_t written = env.clock.MonotonicNanos();
-  ASSERT_TRUE(fs.CommitAndWait(step).ok());  // accepted: settling
   // The coordinator's idle tick comes once a second (here at 1 s and 2 s):
   // the commit must not wait for the one at 2 s.
   for (int i = 0; i < 100 && StateOf(fs, step) != "committed"; ++i) {
@@ -249,6 +249,50 @@ TEST(CommitTest, ASettlingCommitLandsWhenTheQuietIsDueNotAtTheNextTick) {
   const int64_t took = env.clock.MonotonicNanos() - written;
   EXPECT_GE(took, 1'500'000'000);
   EXPECT_LT(took, 1'900'000'000);
+}
+
+// SPEC section 3: an explicit commit is the user's word that the step is
+// complete. It does not settle for quiet, and CommitAndWait (setfattr
+// user.ckptfs.commit) returns with the step committed.
+TEST(CommitTest, AnExplicitCommitDoesNotSettleAndReturnsCommitted) {
+  FileSystemOptions options;
+  options.commit_settle_ns = 2'000'000'000;
+  FsEnv env(options, /*keep_settle=*/true);
+  CommitCoordinator coordinator(&env.fs(), env.fs().data(), env.fs().clock());
+  auto& fs = env.fs();
+  const uint64_t step = Mkdir(fs, kRootIno, "step1");
+  WriteFile(fs, step, "a", "1");  // just written: no quiet at all
+  const int64_t asked = env.clock.MonotonicNanos();
+  Status st = fs.CommitAndWait(step);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(StateOf(fs, step), "committed");
+  EXPECT_EQ(env.clock.MonotonicNanos(), asked);  // no time had to pass
+  EXPECT_EQ(*fs.Readlink(fs.Lookup(kRootIno, "latest")->ino), "step1");
+}
+
+// The script: 30 steps committed in a row with the xattr, then a
+// count of what retention kept. Each commit lands before the next step, so
+// retention keeps exactly its 6.
+TEST(CommitTest, ExplicitCommitsInARowLeaveRetentionItsCount) {
+  FileSystemOptions options;
+  options.commit_settle_ns = 2'000'000'000;
+  ASSERT_TRUE(SetPolicyRule("keep_last", "6", &options.retention).ok());
+  FsEnv env(options, /*keep_settle=*/true);
+  CommitCoordinator coordinator(&env.fs(), env.fs().data(), env.fs().clock());
+  auto& fs = env.fs();
+  const uint64_t run = Mkdir(fs, kRootIno, "run");
+  for (int n = 1; n <= 30; n++) {
+    const uint64_t step = Mkdir(fs, run, "step" + std::to_string(n));
+    WriteFile(fs, step, "model.pt", "weights of step " + std::to_string(n));
+    Status st = fs.CommitAndWait(step);
+    ASSERT_TRUE(st.ok()) << "step" << n << ": " << st.ToString();
+  }
+  size_t steps = 0;
+  auto entries = fs.Readdir(run, 0, 1000);
+  ASSERT_TRUE(entries.ok());
+  for (const auto& e : *entries) steps += e.name.rfind("step", 0) == 0;
+  EXPECT_EQ(steps, 6u);
+  EXPECT_EQ(*fs.Readlink(fs.Lookup(run, "latest")->ino), "step30");
 }
 
 TEST(CommitTest, EveryRequestReachesTheWorkerThread) {

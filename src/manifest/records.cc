@@ -13,7 +13,6 @@ namespace {
 
 constexpr uint8_t kRecordVersion = 1;
 constexpr size_t kInoKeySize = 8;
-constexpr long kNanosPerSecond = 1'000'000'000;
 
 // Appends little-endian fixed-width fields and length-prefixed strings.
 class Encoder {
@@ -399,10 +398,6 @@ std::string RemoteGcKey(std::string_view object_key, bool commit_object) {
 
 std::string_view RemoteGcObjectKey(std::string_view gc_key) {
   return gc_key.empty() ? gc_key : gc_key.substr(1);
-}
-
-int64_t TimespecToNanos(const timespec& ts) {
-  return static_cast<int64_t>(ts.tv_sec) * kNanosPerSecond + ts.tv_nsec;
 }
 
 }  // namespace ckptfs

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/time_convert.h"  // TimespecToNanos, for the callers of this header
 
 namespace ckptfs {
 
@@ -99,6 +100,7 @@ inline constexpr uint8_t kPendingCommit = 1;
 inline constexpr uint8_t kPendingCommitRenamed = 2;  // a directory renamed into the step name
 inline constexpr uint8_t kPendingCommitForced = 4;   // explicit or idle
 inline constexpr uint8_t kPendingCommitDirect = 8;   // any trigger but a subdirectory marker
+inline constexpr uint8_t kPendingCommitExplicit = 16;  // ckptfs commit, setfattr: no settling
 
 // A file's contents as the remote tier holds them (KeySpace::kObjects): the
 // object `key` has these bytes. The version (size, mtime) is the file's at
@@ -189,7 +191,5 @@ std::string RemoteGcKey(std::string_view object_key, bool commit_object);
 std::string_view RemoteGcObjectKey(std::string_view gc_key);
 inline constexpr char kRemoteGcCommitPrefix = '\x00';
 inline constexpr char kRemoteGcDataPrefix = '\x01';
-
-int64_t TimespecToNanos(const timespec& ts);
 
 }  // namespace ckptfs

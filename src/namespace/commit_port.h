@@ -47,6 +47,7 @@ class CommitPort {
     // How the commit was asked for (accumulated over the pending request).
     bool renamed = false;       // a directory rename: commit without settling
     bool forced = false;        // explicit or idle: layout-only waits do not hold it
+    bool explicit_commit = false;  // the user's word (ckptfs commit, setfattr): no settling
     bool nested_only = false;   // only subdirectory markers asked: recognised formats only
     uint64_t session = 0;       // the trainer process that triggered it (0 = unknown)
     int64_t quiet_ns = 0;       // how long nothing happened in the step

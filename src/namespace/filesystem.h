@@ -9,8 +9,11 @@
 // commit requests), TierLedger (uploads, object keys, claims, run-level
 // files), ManifestJournal (writing batches, failures). All of them are
 // guarded by the one mutex mu_: an operation takes it, asks the owners, which
-// append their changes to one ManifestBatch, and writes that batch before
-// letting go, so the manifest's order is the order of changes. File data
+// append their changes to a ManifestBatch, and writes it before letting go,
+// so the manifest's order is the order of changes. Most operations write one
+// batch; a close, a rename that asks for a commit and a commit write more
+// (docs/architecture.md lists them). StepBook's transitions are the only
+// code that sets a step's state. File data
 // goes to backing files in the DataStore, outside mu_.
 //
 // Virtual nodes (/.ckptfs, `latest` links, `.full/` views) are routed at one
@@ -79,11 +82,12 @@ struct FileSystemOptions {
   // 0 = off; else commit a writing step after this long without activity.
   int64_t commit_idle_ns = 0;
   // A commit whose format names no files (Hugging Face, DeepSpeed, unknown
-  // layouts, explicit and idle commits) first waits until nothing in the
+  // layouts, idle commits) first waits until nothing in the
   // step was created, opened for writing, written or closed for this long,
   // so a rank that finishes its file shortly after rank 0's marker is still
   // in the step (--commit-settle; 0 = off). Formats whose metadata lists
-  // every file (DCP, OLMo-core) and directory renames commit at once.
+  // every file (DCP, OLMo-core), directory renames and explicit commits
+  // (the user's word that the step is complete) commit at once.
   int64_t commit_settle_ns = 2LL * 1'000'000'000;
   // Kernel cache timeouts for ordinary entries and attributes.
   double entry_timeout = 1.0;
@@ -124,8 +128,8 @@ struct FileSystemOptions {
 };
 
 // What asked for a step's commit (SPEC section 3's triggers). The commit
-// procedure treats them differently: a directory rename commits without
-// waiting for quiet; explicit and idle commits override waits that only the
+// procedure treats them differently: a directory rename and an explicit
+// commit do not wait for quiet; explicit and idle commits override waits that only the
 // layout suggests; a marker in a subdirectory commits only a recognised
 // format.
 enum class CommitTrigger {
@@ -562,7 +566,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // other nodes' as remote, dropping local files it does not list), in batch.
   Status ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStepRecord& record, ManifestBatch* batch,
                                   std::vector<uint64_t>* sealed) REQUIRES(mu_);
-  static StepRecord ClusterStepRecordFor(const StepRecord& before, const ClusterStepRecord& record);
+  static CommitFacts ClusterCommitFacts(const StepRecord& before, const ClusterStepRecord& record);
   // FinishCommit for a cluster step (plan.decided set).
   Status FinishClusterCommitLocked(const CommitPlan& plan) REQUIRES(mu_);
   bool NoteRemoteUploadLocked(Inode* inode, const PartRecord& part, const PartRecord::File& f,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/time_convert.h"
 #include "namespace/file_handle.h"
 #include "namespace/filesystem.h"
 
@@ -14,17 +15,6 @@ namespace ckptfs {
 namespace {
 
 int64_t MtimeNanos(const Inode& inode) { return TimespecToNanos(inode.rec.mtime); }
-
-timespec NanosToTimespec(int64_t ns) {
-  timespec t{};
-  t.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-  t.tv_nsec = static_cast<long>(ns % 1'000'000'000);
-  return t;
-}
-
-timespec SecondsToTimespec(double s) {
-  return NanosToTimespec(static_cast<int64_t>(s * 1e9));
-}
 
 }  // namespace
 
@@ -352,19 +342,17 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
   return Status::Ok();
 }
 
-StepRecord FileSystem::ClusterStepRecordFor(const StepRecord& before, const ClusterStepRecord& record) {
-  StepRecord rec = before;
-  rec.state = StepState::kCommitted;
-  rec.committed_at = SecondsToTimespec(record.committed_at);
-  rec.bytes = record.bytes;
-  rec.files = record.files.size();
-  rec.error.clear();
-  rec.ephemeral = record.ephemeral;
-  rec.best_ref = record.best_ref;
-  rec.pending_commit = 0;
-  rec.persisted = false;
-  rec.committer = record.committer;
-  return rec;
+CommitFacts FileSystem::ClusterCommitFacts(const StepRecord& before,
+                                           const ClusterStepRecord& record) {
+  CommitFacts facts;
+  facts.committed_at = SecondsToTimespec(record.committed_at);
+  facts.bytes = record.bytes;
+  facts.files = record.files.size();
+  facts.ephemeral = record.ephemeral;
+  facts.session = before.session;
+  facts.best_ref = record.best_ref;
+  facts.committer = record.committer;
+  return facts;
 }
 
 Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
@@ -419,16 +407,12 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
     InodeTable::Put(**run_dir, &batch);
     step_ino = (*made)->rec.ino;
     if (record.dir_mtime_ns > 0) (*made)->rec.mtime = NanosToTimespec(record.dir_mtime_ns);
-    StepRecord fresh;
-    fresh.step = *pattern_.Match(parts.back());
-    steps_.Add(step_ino, fresh, clock_->MonotonicNanos(), &batch);
+    steps_.AddWriting(step_ino, *pattern_.Match(parts.back()), clock_->MonotonicNanos(), &batch);
   }
   std::vector<uint64_t> sealed;
   CKPTFS_RETURN_IF_ERROR(ApplyClusterRecordLocked(step_ino, record, &batch, &sealed));
-  auto it = steps_.find(step_ino);
-  const StepRecord rec = ClusterStepRecordFor(it->second, record);
-  it->second = rec;
-  StepBook::Put(step_ino, rec, &batch);
+  steps_.Commit(step_ino, ClusterCommitFacts(*steps_.Find(step_ino), record), &batch);
+  const StepRecord rec = *steps_.Find(step_ino);
   if (StepRuntime* rt = steps_.FindRuntime(step_ino)) {
     rt->EndRequest();
     rt->recovered = false;
@@ -454,12 +438,8 @@ Status FileSystem::ApplyClusterPersisted(const std::string& step_path) {
   MutexLock lock(&mu_);
   const uint64_t step = ResolveRelative(kRootIno, step_path);
   auto it = steps_.find(step);
-  if (it == steps_.end() || it->second.state != StepState::kCommitted || it->second.persisted) {
-    return Status::Ok();
-  }
-  it->second.persisted = true;
   ManifestBatch batch;
-  StepBook::Put(step, it->second, &batch);
+  if (it == steps_.end() || !steps_.SetPersisted(step, true, &batch)) return Status::Ok();
   EmitStepEvent("persisted", step, it->second);
   return Apply(batch, false);
 }
@@ -688,11 +668,9 @@ Status FileSystem::FinishClusterCommitLocked(const CommitPlan& plan) {
   ManifestBatch batch;
   std::vector<uint64_t> sealed;
   Status st = ApplyClusterRecordLocked(plan.step_ino, record, &batch, &sealed);
-  const StepRecord rec = ClusterStepRecordFor(it->second, record);
   rt.committing = false;
   if (st.ok()) {
-    it->second = rec;
-    StepBook::Put(plan.step_ino, rec, &batch);
+    steps_.Commit(plan.step_ino, ClusterCommitFacts(it->second, record), &batch);
     // The node whose decision won applies the run's retention for the
     // cluster, in the commit's batch (as a single node does).
     if (record.committer == cluster_->node()) {
@@ -714,6 +692,7 @@ Status FileSystem::FinishClusterCommitLocked(const CommitPlan& plan) {
   }
   step_cv_.notify_all();
   if (!st.ok()) return st;
+  const StepRecord rec = it->second;
   for (uint64_t ino : sealed) {
     if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
   }

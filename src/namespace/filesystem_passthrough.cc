@@ -14,17 +14,12 @@
 #include <ctime>
 #include <string>
 
+#include "common/time_convert.h"
 #include "namespace/backing_registry.h"
 #include "namespace/file_handle.h"
 #include "namespace/filesystem.h"
 
 namespace ckptfs {
-
-namespace {
-timespec NanosToTimespec(int64_t ns) {
-  return timespec{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-}
-}  // namespace
 
 void FileSystem::SetPassthrough(BackingRegistry* registry, PassthroughSetting setting) {
   MutexLock lock(&mu_);

@@ -152,12 +152,7 @@ Status FileSystem::Recover() {
       const std::string why = "committed file " + inodes_.PathOf(ino) + " lost data: " +
                               std::to_string(actual) + " of " + std::to_string(inode->rec.size) + " bytes";
       events_->Append({{"event", "error"}, {"path", inodes_.PathOf(ino)}, {"error", why}});
-      if (step != 0) {
-        StepRecord& rec = *steps_.Find(step);
-        rec.state = StepState::kBroken;
-        rec.error = why;
-        StepBook::Put(step, rec, &batch);
-      }
+      if (step != 0) steps_.MarkBroken(step, why, &batch);
     }
   }
 
@@ -205,20 +200,24 @@ void FileSystem::RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bo
     rt.renamed = (rec->pending_commit & kPendingCommitRenamed) != 0;
     rt.forced = (rec->pending_commit & kPendingCommitForced) != 0;
     rt.direct = (rec->pending_commit & kPendingCommitDirect) != 0;
+    rt.explicit_commit = (rec->pending_commit & kPendingCommitExplicit) != 0;
     rt.session = rec->session;
     rt.recovered = true;
     EmitStepEvent("recovered", step_ino, *rec, "finishing the commit asked for before the daemon stopped");
     return;
   }
   const bool forgot = rec->pending_commit != 0;
-  rec->pending_commit = 0;
   if (rec->state == StepState::kWriting) {
-    rec->state = StepState::kIncomplete;
-    rec->error = forgot ? "the daemon stopped before this step was committed, in an earlier boot of the "
-                          "machine (unsynced data may be lost): not committed"
-                        : "the daemon stopped before this step was committed";
+    steps_.MarkIncomplete(step_ino,
+                          forgot
+                              ? "the daemon stopped before this step was committed, in an earlier "
+                                "boot of the machine (unsynced data may be lost): not committed"
+                              : "the daemon stopped before this step was committed",
+                          batch);
     EmitStepEvent("recovered", step_ino, *rec, rec->error);
+    return;
   }
+  rec->pending_commit = 0;
   StepBook::Put(step_ino, *rec, batch);
 }
 

@@ -19,9 +19,7 @@ void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
   // The remote copy stops being complete now: its commit object goes first.
   UnpersistStepLocked(step, inodes_.PathOf(step), batch);
   AnnounceClusterRemovalLocked(step, rec);
-  rec.state = StepState::kDeleting;
-  rec.error.clear();
-  StepBook::Put(step, rec, batch);
+  steps_.MarkDeleting(step, batch);
   EmitStepEvent("delete", step, rec);
 }
 
@@ -51,10 +49,7 @@ void FileSystem::ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_no
   auto it = steps_.find(ino);
   if (number && it == steps_.end()) {
     // Becoming a step by mkdir, or by rename into a step name (a commit).
-    StepRecord rec;
-    rec.state = StepState::kWriting;
-    rec.step = *number;
-    steps_.Add(ino, rec, clock_->MonotonicNanos(), batch);
+    steps_.AddWriting(ino, *number, clock_->MonotonicNanos(), batch);
     *commit_now = true;
   } else if (number && it != steps_.end()) {
     if (it->second.step != *number) {
@@ -106,6 +101,10 @@ void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, uint6
       rt.direct = true;
       break;
     case CommitTrigger::kExplicit:
+      rt.explicit_commit = true;
+      rt.forced = true;
+      rt.direct = true;
+      break;
     case CommitTrigger::kIdle:
       rt.forced = true;
       rt.direct = true;
@@ -129,6 +128,7 @@ void FileSystem::RecordPendingCommitLocked(uint64_t step_ino) {
   if (rt.renamed) bits |= kPendingCommitRenamed;
   if (rt.forced) bits |= kPendingCommitForced;
   if (rt.direct) bits |= kPendingCommitDirect;
+  if (rt.explicit_commit) bits |= kPendingCommitExplicit;
   StepRecord& rec = it->second;
   if (rec.pending_commit == bits && rec.session == rt.session) return;
   Inode* dir = inodes_.Find(step_ino);
@@ -315,6 +315,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   plan.step_path = inodes_.PathOf(step_ino);
   plan.renamed = rt.renamed;
   plan.forced = rt.forced;
+  plan.explicit_commit = rt.explicit_commit;
   plan.nested_only = !rt.direct;
   plan.session = rt.session;
   plan.began_ns = clock_->MonotonicNanos();
@@ -341,36 +342,34 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
   if (it == steps_.end()) return;
   StepRecord& rec = it->second;
   const std::string old_error = rec.error;
-  rec.error = why.message();
   bool gave_up_after_crash = false;
   const bool cluster_gave_up = cluster_ && waiting && !settling &&
                                clock_->MonotonicNanos() - rt.wanted_since > options_.commit_wait_ns;
+  ManifestBatch batch;
   if (cluster_gave_up) {
     // Cluster mode: files another node was to write never came (SPEC
     // section 9: the step stays writing, then incomplete after the bound).
-    rec.state = StepState::kIncomplete;
-    rec.error = "incomplete after --commit-wait: " + rec.error;
     rt.EndRequest();
-    rec.pending_commit = 0;
+    steps_.MarkIncomplete(step_ino, "incomplete after --commit-wait: " + why.message(), &batch);
   } else if (waiting && !settling && rt.recovered) {
     // The commit recovery resumed finds files missing or short: nobody will
     // write them now, so the step is incomplete as SPEC's crash rule says.
-    rec.state = StepState::kIncomplete;
-    rec.error = "the daemon stopped before this step was committed; " + rec.error;
     rt.EndRequest();
     rt.recovered = false;
-    rec.pending_commit = 0;
+    steps_.MarkIncomplete(
+        step_ino, "the daemon stopped before this step was committed; " + why.message(), &batch);
     gave_up_after_crash = true;
   } else if (broken) {
-    rec.state = StepState::kBroken;
     rt.EndRequest();
-    rec.pending_commit = 0;
-  } else if (!waiting) {
-    rt.EndRequest();
-    rec.pending_commit = 0;
+    steps_.MarkBroken(step_ino, why.message(), &batch);
+  } else {
+    rec.error = why.message();
+    if (!waiting) {
+      rt.EndRequest();
+      rec.pending_commit = 0;
+    }
+    StepBook::Put(step_ino, rec, &batch);
   }
-  ManifestBatch batch;
-  StepBook::Put(step_ino, rec, &batch);
   (void)Apply(batch, false);
   if (gave_up_after_crash) {
     EmitStepEvent("recovered", step_ino, rec, rec.error);
@@ -424,23 +423,20 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   }
   if (plan.decided) return FinishClusterCommitLocked(plan);
   ManifestBatch batch;
-  StepRecord rec = it->second;
-  rec.state = StepState::kCommitted;
-  rec.committed_at = clock_->Now();
-  rec.bytes = 0;
-  rec.files = 0;
-  rec.error.clear();
-  rec.ephemeral = plan.ephemeral;
-  rec.session = plan.session;
-  rec.best_ref = plan.best_ref;
-  rec.pending_commit = 0;
+  CommitFacts facts;
+  facts.committed_at = clock_->Now();
+  facts.ephemeral = plan.ephemeral;
+  facts.session = plan.session;
+  facts.best_ref = plan.best_ref;
+  facts.committer = it->second.committer;
+  facts.persisted = it->second.persisted;
   // Inode numbers, not pointers: retention below may evict inodes.
   std::vector<uint64_t> sealed;
   for (const auto& file : plan.files) {
     Inode* inode = inodes_.Find(file.ino);
     if (!inode || inode->rec.nlink == 0) continue;
-    rec.bytes += inode->rec.size;
-    rec.files++;
+    facts.bytes += inode->rec.size;
+    facts.files++;
     if (!inode->rec.sealed) {
       inode->rec.sealed = true;
       InodeTable::Put(*inode, &batch);
@@ -453,14 +449,13 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
       QueueUploadLocked(inode, &batch);
     }
   }
-  StepBook::Put(plan.step_ino, rec, &batch);
   // Retention decides with the step counted as committed, and its removals
   // join the same batch: the decision is atomic with the commit. (If the
   // batch fails, the commit is undone below and the mount is read-only until
   // the manifest takes writes again; the manifest still has the state before
   // the commit.)
-  const StepRecord before = it->second;
-  it->second = rec;
+  const StepRecord before = steps_.Commit(plan.step_ino, facts, &batch);
+  const StepRecord rec = it->second;
   rt.committing = false;
   const std::string path = inodes_.PathOf(plan.step_ino);
   const size_t before_retention = batch.size();
@@ -482,7 +477,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
     for (uint64_t ino : sealed) {
       if (Inode* inode = inodes_.Find(ino)) inode->rec.sealed = false;
     }
-    if (auto again = steps_.find(plan.step_ino); again != steps_.end()) again->second = before;
+    if (steps_.count(plan.step_ino)) steps_.Restore(plan.step_ino, before);
     return st;
   }
   for (uint64_t ino : sealed) {

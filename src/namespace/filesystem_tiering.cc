@@ -233,10 +233,7 @@ void FileSystem::UnpersistStepLocked(uint64_t step_ino, const std::string& old_p
   // even one that just stopped being a step (renamed to another name).
   if (!others) QueueRemoteDeleteLocked(CommitObjectKey(old_path), true, batch);
   if (it == steps_.end()) return;
-  if (it->second.persisted) {
-    it->second.persisted = false;
-    StepBook::Put(step_ino, it->second, batch);
-  }
+  steps_.SetPersisted(step_ino, false, batch);
 }
 
 std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnder(Inode* dir) {
@@ -475,9 +472,8 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
     QueueRemoteDeleteLocked(job.key, true, &batch);
     return Apply(batch, false);
   }
-  it->second.persisted = true;
+  steps_.SetPersisted(job.step_ino, true, &batch);
   const StepRecord rec = it->second;
-  StepBook::Put(job.step_ino, rec, &batch);
   EmitStepEvent("persisted", job.step_ino, rec);
   // Cluster mode: the other nodes learn it from the bucket's step index.
   if (cluster_ && !rec.committer.empty()) cluster_->StepPersisted(inodes_.PathOf(job.step_ino));
@@ -759,8 +755,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     Inode* inode = *file;
     inode->rec.size = f.size;
     inode->rec.sealed = true;
-    inode->rec.mtime.tv_sec = static_cast<time_t>(f.mtime_ns / 1'000'000'000);
-    inode->rec.mtime.tv_nsec = static_cast<long>(f.mtime_ns % 1'000'000'000);
+    inode->rec.mtime = NanosToTimespec(f.mtime_ns);
     inode->rec.ctime = committed;
     inode->backing_unsynced = false;
     InodeTable::Put(*inode, &batch);
@@ -798,8 +793,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   // happened to import them.
   timespec dir_time = committed;
   if (obj.dir_mtime_ns > 0) {
-    dir_time.tv_sec = static_cast<time_t>(obj.dir_mtime_ns / 1'000'000'000);
-    dir_time.tv_nsec = static_cast<long>(obj.dir_mtime_ns % 1'000'000'000);
+    dir_time = NanosToTimespec(obj.dir_mtime_ns);
   }
   std::vector<Inode*> imported_dirs = {*step_dir};
   for (size_t i = 0; i < imported_dirs.size(); ++i) {
@@ -811,15 +805,14 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
       if (Inode* child = inodes_.Find(dent.ino); child && child->is_dir()) imported_dirs.push_back(child);
     }
   }
-  StepRecord rec;
-  rec.state = StepState::kCommitted;
-  rec.step = *pattern_.Match(name);
-  rec.committed_at = obj.committed_at;
-  rec.bytes = obj.bytes;
-  rec.files = obj.files.size();
-  rec.ephemeral = obj.ephemeral;
-  rec.persisted = true;
-  steps_.Add(step_ino, rec, clock_->MonotonicNanos(), &batch);
+  CommitFacts facts;
+  facts.committed_at = obj.committed_at;
+  facts.bytes = obj.bytes;
+  facts.files = obj.files.size();
+  facts.ephemeral = obj.ephemeral;
+  facts.persisted = true;
+  const StepRecord rec =
+      steps_.AddCommitted(step_ino, *pattern_.Match(name), facts, clock_->MonotonicNanos(), &batch);
   CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
   CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
   EmitStepEvent("import", step_ino, rec);

@@ -14,10 +14,75 @@ StepRecord* StepBook::Find(uint64_t ino) {
   return it == records_.end() ? nullptr : &it->second;
 }
 
-StepRecord& StepBook::Add(uint64_t ino, StepRecord rec, int64_t now_ns, ManifestBatch* batch) {
+StepRecord& StepBook::AddWriting(uint64_t ino, int64_t step, int64_t now_ns, ManifestBatch* batch) {
+  StepRecord rec;
+  rec.state = StepState::kWriting;
+  rec.step = step;
   Put(ino, rec, batch);
   runtime_[ino].last_activity = now_ns;
   return records_[ino] = std::move(rec);
+}
+
+StepRecord& StepBook::AddCommitted(uint64_t ino, int64_t step, const CommitFacts& facts,
+                                   int64_t now_ns, ManifestBatch* batch) {
+  StepRecord& rec = records_[ino] = StepRecord{};
+  rec.step = step;
+  runtime_[ino].last_activity = now_ns;
+  Commit(ino, facts, batch);  // writes the record
+  return rec;
+}
+
+StepRecord StepBook::Commit(uint64_t ino, const CommitFacts& facts, ManifestBatch* batch) {
+  StepRecord& rec = records_[ino];
+  StepRecord before = rec;
+  rec.state = StepState::kCommitted;
+  rec.committed_at = facts.committed_at;
+  rec.bytes = facts.bytes;
+  rec.files = facts.files;
+  rec.error.clear();
+  rec.ephemeral = facts.ephemeral;
+  rec.session = facts.session;
+  rec.best_ref = facts.best_ref;
+  rec.committer = facts.committer;
+  rec.persisted = facts.persisted;
+  rec.pending_commit = 0;
+  Put(ino, rec, batch);
+  return before;
+}
+
+void StepBook::MarkIncomplete(uint64_t ino, std::string why, ManifestBatch* batch) {
+  StepRecord& rec = records_[ino];
+  rec.state = StepState::kIncomplete;
+  rec.error = std::move(why);
+  rec.pending_commit = 0;
+  Put(ino, rec, batch);
+}
+
+void StepBook::MarkBroken(uint64_t ino, std::string why, ManifestBatch* batch) {
+  StepRecord& rec = records_[ino];
+  rec.state = StepState::kBroken;
+  rec.error = std::move(why);
+  rec.pending_commit = 0;
+  Put(ino, rec, batch);
+}
+
+bool StepBook::MarkDeleting(uint64_t ino, ManifestBatch* batch) {
+  StepRecord* rec = Find(ino);
+  if (!rec || rec->state == StepState::kWriting || rec->state == StepState::kDeleting) return false;
+  rec->state = StepState::kDeleting;
+  rec->error.clear();
+  Put(ino, *rec, batch);
+  return true;
+}
+
+bool StepBook::SetPersisted(uint64_t ino, bool persisted, ManifestBatch* batch) {
+  StepRecord* rec = Find(ino);
+  if (!rec || rec->persisted == persisted) return false;
+  // Only a committed step becomes persisted; any step may stop being so.
+  if (persisted && rec->state != StepState::kCommitted) return false;
+  rec->persisted = persisted;
+  Put(ino, *rec, batch);
+  return true;
 }
 
 bool StepBook::Remove(uint64_t ino, ManifestBatch* batch) {

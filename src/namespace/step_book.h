@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 
 #include "manifest/manifest_store.h"
@@ -29,6 +30,9 @@ struct StepRuntime {
   // The pending request's triggers (reset when it ends).
   bool renamed = false;
   bool forced = false;
+  // The user's word that the step is complete (ckptfs commit, setfattr):
+  // no settling for quiet (SPEC section 3).
+  bool explicit_commit = false;
   bool direct = false;    // a trigger other than a subdirectory marker
   bool settling = false;  // the last attempt waited for quiet
   uint64_t session = 0;
@@ -40,9 +44,22 @@ struct StepRuntime {
   // The pending request ended (committed, given up or dropped).
   void EndRequest() {
     commit_wanted = false;
-    renamed = forced = direct = settling = false;
+    renamed = forced = explicit_commit = direct = settling = false;
     session = 0;
   }
+};
+
+// What a commit records beside the state (local commit, cluster apply,
+// import of a step from the bucket).
+struct CommitFacts {
+  timespec committed_at{};
+  uint64_t bytes = 0;
+  uint64_t files = 0;
+  bool ephemeral = false;
+  uint64_t session = 0;    // the trainer process that asked (0 = unknown)
+  std::string best_ref;    // the checkpoint the trainer calls best
+  std::string committer;   // cluster mode: the node that decided ("" = local)
+  bool persisted = false;  // imported from the bucket: its copy is complete
 };
 
 class StepBook {
@@ -61,9 +78,12 @@ class StepBook {
   size_t size() const { return records_.size(); }
   StepRecord* Find(uint64_t ino);
 
-  // A directory becomes a step (mkdir or rename into a step name, or a
-  // cold mount's import): its record, and activity as of now_ns.
-  StepRecord& Add(uint64_t ino, StepRecord rec, int64_t now_ns, ManifestBatch* batch);
+  // A directory becomes a writing step (mkdir or rename into a step name,
+  // a cluster step first seen here), numbered step; activity as of now_ns.
+  StepRecord& AddWriting(uint64_t ino, int64_t step, int64_t now_ns, ManifestBatch* batch);
+  // A committed step arrives whole (a cold mount's import from the bucket).
+  StepRecord& AddCommitted(uint64_t ino, int64_t step, const CommitFacts& facts, int64_t now_ns,
+                           ManifestBatch* batch);
   // A record loaded from the manifest at mount.
   void Load(uint64_t ino, StepRecord rec) { records_[ino] = std::move(rec); }
   // The directory stops being a step (deleted, renamed to another name,
@@ -71,6 +91,28 @@ class StepBook {
   bool Remove(uint64_t ino, ManifestBatch* batch);
   // Records rec as ino's record in the batch.
   static void Put(uint64_t ino, const StepRecord& rec, ManifestBatch* batch);
+
+  // Transitions (SPEC section 3). The only code that sets a step's state:
+  // each applies its rule to the record, ends the pending commit request
+  // where the step leaves `writing`, and writes the record into the batch.
+  //
+  // writing -> committed, with what the commit learnt. Returns the record as
+  // it was, which Restore puts back when the batch fails.
+  StepRecord Commit(uint64_t ino, const CommitFacts& facts, ManifestBatch* batch);
+  void Restore(uint64_t ino, StepRecord before) { records_[ino] = std::move(before); }
+  // writing -> incomplete: nobody will finish it (a crash, a cluster step
+  // whose files never came).
+  void MarkIncomplete(uint64_t ino, std::string why, ManifestBatch* batch);
+  // -> broken: the step cannot be committed as it is (bad metadata, a
+  // committed file that lost data).
+  void MarkBroken(uint64_t ino, std::string why, ManifestBatch* batch);
+  // committed, incomplete or broken -> deleting (rm, retention). False for a
+  // writing step (a trainer deletes its own files) or one already deleting.
+  bool MarkDeleting(uint64_t ino, ManifestBatch* batch);
+  // A committed step's remote copy became complete (persisted = true) or
+  // stopped being so (false). False when nothing changed: not committed, or
+  // already so.
+  bool SetPersisted(uint64_t ino, bool persisted, ManifestBatch* batch);
 
   // Runtime state, created on first use.
   StepRuntime& Runtime(uint64_t ino) { return runtime_[ino]; }

@@ -34,13 +34,6 @@ class StepBookTest : public ::testing::Test {
     inode->name = name;
     return inodes_.Insert(std::move(inode));
   }
-  static StepRecord Step(int64_t number, StepState state) {
-    StepRecord rec;
-    rec.step = number;
-    rec.state = state;
-    return rec;
-  }
-
   InodeTable inodes_;
   StepBook book_;
   Inode *root_, *run_, *step_a_, *sub_, *step_b_, *other_;
@@ -48,8 +41,9 @@ class StepBookTest : public ::testing::Test {
 
 TEST_F(StepBookTest, AnInodeBelongsToTheStepAboveIt) {
   ManifestBatch batch;
-  book_.Add(3, Step(10, StepState::kWriting), 100, &batch);
+  book_.AddWriting(3, 10, 100, &batch);
   EXPECT_EQ(batch.size(), 1u);
+  EXPECT_EQ(book_.Find(3)->state, StepState::kWriting);
   EXPECT_EQ(book_.StepOf(inodes_, 4), 3u);  // sub
   EXPECT_EQ(book_.StepOf(inodes_, 3), 3u);  // the step itself
   EXPECT_EQ(book_.StepOf(inodes_, 2), 0u);  // the run is no step
@@ -60,31 +54,33 @@ TEST_F(StepBookTest, AnInodeBelongsToTheStepAboveIt) {
 
 TEST_F(StepBookTest, SealedMeansCommittedOrBeingDeleted) {
   ManifestBatch batch;
-  book_.Add(3, Step(10, StepState::kWriting), 0, &batch);
+  book_.AddWriting(3, 10, 0, &batch);
   EXPECT_FALSE(book_.IsSealed(3));
-  book_.Find(3)->state = StepState::kCommitted;
+  book_.Commit(3, CommitFacts{}, &batch);
   EXPECT_TRUE(book_.IsSealed(3));
-  book_.Find(3)->state = StepState::kDeleting;
+  ASSERT_TRUE(book_.MarkDeleting(3, &batch));
   EXPECT_TRUE(book_.IsSealed(3));
-  book_.Find(3)->state = StepState::kBroken;
-  EXPECT_FALSE(book_.IsSealed(3));
+  book_.AddWriting(5, 20, 0, &batch);
+  book_.MarkBroken(5, "bad metadata", &batch);
+  EXPECT_FALSE(book_.IsSealed(5));
   EXPECT_FALSE(book_.IsSealed(2));
 }
 
 TEST_F(StepBookTest, LatestIsTheHighestCommittedNumber) {
   ManifestBatch batch;
   EXPECT_EQ(book_.LatestOf(inodes_, 2), 0u);
-  book_.Add(3, Step(10, StepState::kCommitted), 0, &batch);
-  book_.Add(5, Step(20, StepState::kWriting), 0, &batch);
+  book_.AddWriting(3, 10, 0, &batch);
+  book_.Commit(3, CommitFacts{}, &batch);
+  book_.AddWriting(5, 20, 0, &batch);
   EXPECT_EQ(book_.LatestOf(inodes_, 2), 3u);  // 20 is not committed yet
-  book_.Find(5)->state = StepState::kCommitted;
+  book_.Commit(5, CommitFacts{}, &batch);
   EXPECT_EQ(book_.LatestOf(inodes_, 2), 5u);
   EXPECT_EQ(book_.LatestOf(inodes_, 6), 0u);
 }
 
 TEST_F(StepBookTest, RemovingDropsRecordRuntimeAndManifestKey) {
   ManifestBatch batch;
-  book_.Add(3, Step(10, StepState::kWriting), 0, &batch);
+  book_.AddWriting(3, 10, 0, &batch);
   book_.Runtime(3).commit_wanted = true;
   ManifestBatch removal;
   EXPECT_TRUE(book_.Remove(3, &removal));
@@ -97,14 +93,95 @@ TEST_F(StepBookTest, RemovingDropsRecordRuntimeAndManifestKey) {
   EXPECT_EQ(removal.size(), 1u);
 }
 
+// Each transition writes the record it leaves behind into the batch, and
+// the commit records what it learnt and ends the pending request.
+TEST_F(StepBookTest, ACommitRecordsItsFactsAndCanBeUndone) {
+  ManifestBatch batch;
+  book_.AddWriting(3, 10, 0, &batch);
+  book_.Find(3)->pending_commit = kPendingCommit;
+  book_.Find(3)->error = "waiting for __1_0.distcp";
+  CommitFacts facts;
+  facts.committed_at = {1700000000, 5};
+  facts.bytes = 4096;
+  facts.files = 2;
+  facts.session = 77;
+  facts.best_ref = "step5";
+  ManifestBatch commit;
+  const StepRecord before = book_.Commit(3, facts, &commit);
+  ASSERT_EQ(commit.size(), 1u);
+  EXPECT_EQ(commit.ops()[0].space, KeySpace::kSteps);
+  const StepRecord& rec = *book_.Find(3);
+  EXPECT_EQ(rec.state, StepState::kCommitted);
+  EXPECT_EQ(rec.step, 10);
+  EXPECT_EQ(rec.bytes, 4096u);
+  EXPECT_EQ(rec.files, 2u);
+  EXPECT_EQ(rec.session, 77u);
+  EXPECT_EQ(rec.best_ref, "step5");
+  EXPECT_EQ(rec.pending_commit, 0);
+  EXPECT_TRUE(rec.error.empty());
+  EXPECT_FALSE(rec.persisted);
+  // The batch failed: the record before comes back.
+  book_.Restore(3, before);
+  EXPECT_EQ(book_.Find(3)->state, StepState::kWriting);
+  EXPECT_EQ(book_.Find(3)->error, "waiting for __1_0.distcp");
+}
+
+TEST_F(StepBookTest, OnlyAFinishedStepTurnsIntoADeletion) {
+  ManifestBatch batch;
+  book_.AddWriting(3, 10, 0, &batch);
+  ManifestBatch deletion;
+  // A trainer deleting its own files while writing deletes no step.
+  EXPECT_FALSE(book_.MarkDeleting(3, &deletion));
+  EXPECT_EQ(deletion.size(), 0u);
+  book_.MarkIncomplete(3, "the daemon stopped", &batch);
+  EXPECT_EQ(book_.Find(3)->state, StepState::kIncomplete);
+  EXPECT_EQ(book_.Find(3)->error, "the daemon stopped");
+  EXPECT_TRUE(book_.MarkDeleting(3, &deletion));
+  EXPECT_EQ(book_.Find(3)->state, StepState::kDeleting);
+  EXPECT_TRUE(book_.Find(3)->error.empty());
+  EXPECT_EQ(deletion.size(), 1u);
+  EXPECT_FALSE(book_.MarkDeleting(3, &deletion));   // already deleting
+  EXPECT_FALSE(book_.MarkDeleting(99, &deletion));  // no step
+  EXPECT_EQ(deletion.size(), 1u);
+}
+
+TEST_F(StepBookTest, OnlyACommittedStepBecomesPersisted) {
+  ManifestBatch batch;
+  book_.AddWriting(3, 10, 0, &batch);
+  ManifestBatch persist;
+  EXPECT_FALSE(book_.SetPersisted(3, true, &persist));
+  book_.Commit(3, CommitFacts{}, &batch);
+  EXPECT_TRUE(book_.SetPersisted(3, true, &persist));
+  EXPECT_TRUE(book_.Find(3)->persisted);
+  EXPECT_FALSE(book_.SetPersisted(3, true, &persist));  // no change, nothing written
+  EXPECT_EQ(persist.size(), 1u);
+  ASSERT_TRUE(book_.MarkDeleting(3, &batch));
+  EXPECT_TRUE(book_.SetPersisted(3, false, &persist));  // any step may stop being so
+  EXPECT_EQ(persist.size(), 2u);
+}
+
+TEST_F(StepBookTest, AnImportedStepArrivesCommittedAndPersisted) {
+  ManifestBatch batch;
+  CommitFacts facts;
+  facts.files = 8;
+  facts.persisted = true;
+  const StepRecord& rec = book_.AddCommitted(5, 20, facts, 42, &batch);
+  EXPECT_EQ(rec.state, StepState::kCommitted);
+  EXPECT_EQ(rec.step, 20);
+  EXPECT_TRUE(rec.persisted);
+  EXPECT_EQ(book_.Runtime(5).last_activity, 42);
+  EXPECT_EQ(book_.LatestOf(inodes_, 2), 5u);
+}
+
 TEST(StepRuntime, EndingARequestKeepsActivityAndAttempts) {
   StepRuntime rt;
-  rt.commit_wanted = rt.renamed = rt.forced = rt.direct = rt.settling = true;
+  rt.commit_wanted = rt.renamed = rt.forced = rt.explicit_commit = rt.direct = rt.settling = true;
   rt.session = 7;
   rt.last_activity = 5;
   rt.outcome_gen = 3;
   rt.EndRequest();
-  EXPECT_FALSE(rt.commit_wanted || rt.renamed || rt.forced || rt.direct || rt.settling);
+  EXPECT_FALSE(rt.commit_wanted || rt.renamed || rt.forced || rt.explicit_commit || rt.direct ||
+               rt.settling);
   EXPECT_EQ(rt.session, 0u);
   EXPECT_EQ(rt.last_activity, 5);
   EXPECT_EQ(rt.outcome_gen, 3u);

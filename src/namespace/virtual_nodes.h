@@ -1,8 +1,9 @@
 // Nodes of the namespace that are not in the manifest: the control
 // directory `/.ckptfs` and its generated files, the virtual `latest` link
 // of each run directory, and the `.full/` views of sharded checkpoints.
-// Their inode numbers carry a tag in the high bits; KindOf() is the one
-// place that reads the tag, and FileSystem routes every operation on a
+// Their inode numbers carry a tag in the high bits; KindOf() tells the kinds
+// apart (the `.full/` views also build and split their own tagged numbers,
+// filesystem_full.cc), and FileSystem routes every operation on a
 // virtual node to the VirtualNodes that serve its kind (read-only: every
 // change to one is refused before it reaches them).
 #pragma once

@@ -334,10 +334,27 @@ def test_setfattr_commit(ckptfs):
     r = subprocess.run(["setfattr", "-n", "user.ckptfs.commit", "-v", "1",
                         ckptfs.path("run1", "step100")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    # Accepted; a layout that lists no files commits after --commit-settle of quiet.
-    ckptfs.wait_state("run1/step100", "committed", timeout=15)
+    # SPEC section 3: the user's word that the step is complete. No settling
+    # for quiet (--commit-settle is 2 s here): committed when setfattr returns.
+    assert ckptfs.state("run1/step100") == "committed"
     assert ckptfs.latest("run1") == "step100"
     assert_contents(ckptfs, "run1/step100", written)
+
+
+def test_setfattr_commits_in_a_row_leave_retention_its_count(make_ckptfs):
+    # A script that commits 30 steps in a row with the xattr, then counts what
+    # retention kept: each commit is written before setfattr returns, so the
+    # count is the policy's, and latest is the last step.
+    m = make_ckptfs("--keep-last", "6")
+    for n in range(1, 31):
+        make_step(m, f"run1/step{n}", {"model.pt": f"weights {n}".encode()})
+        r = subprocess.run(["setfattr", "-n", "user.ckptfs.commit", "-v", "1", m.path("run1", f"step{n}")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, f"step{n}: {r.stderr}"
+        assert m.state(f"run1/step{n}") == "committed", f"step{n} not committed when setfattr returned"
+    kept = sorted(n for n in os.listdir(m.path("run1")) if n.startswith("step"))
+    assert kept == [f"step{n}" for n in range(25, 31)], kept
+    assert m.latest("run1") == "step30"
 
 
 def test_commit_waits_for_open_writers(ckptfs):
