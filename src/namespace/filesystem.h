@@ -480,19 +480,22 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // through a step record left below it).
   void DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) REQUIRES(mu_);
   void NoteActivity(uint64_t ino) REQUIRES(mu_);
-  void RequestCommitLocked(uint64_t step_ino, CommitTrigger why = CommitTrigger::kRetry, uint64_t session = 0) REQUIRES(mu_);
+  // Asks for the step's commit; the manifest's record of the request goes
+  // into the caller's batch (the operation's one batch).
+  void RequestCommitLocked(uint64_t step_ino, CommitTrigger why, ManifestBatch* batch,
+                           uint64_t session = 0) REQUIRES(mu_);
   // A file closed or renamed into place: commit markers and run index files
   // trigger commits. writer_pid: the process whose close this is (0: none,
   // as for a rename); its session is looked up (a read of /proc) only where
   // the file asks for a commit, not at every close.
-  void NoteTriggerFileLocked(Inode* file, uint32_t writer_pid) REQUIRES(mu_);
+  void NoteTriggerFileLocked(Inode* file, uint32_t writer_pid, ManifestBatch* batch) REQUIRES(mu_);
   uint64_t SessionOfLocked(uint32_t pid) REQUIRES(mu_);
   // The manifest learns of a commit request once nothing in the step is open
   // for writing (StepRecord::pending_commit), and forgets it when a file in
   // the step is opened for writing again: a file open at a crash may hold
   // half its bytes, so only a request made with every file closed may be
   // finished by recovery.
-  void RecordPendingCommitLocked(uint64_t step_ino) REQUIRES(mu_);
+  void RecordPendingCommitLocked(uint64_t step_ino, ManifestBatch* batch) REQUIRES(mu_);
   void ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batch) REQUIRES(mu_);
   // A marker closed (its FLUSH) or renamed into place while its RELEASE is
   // still to come, with every file of the step closed: records the commit

@@ -391,22 +391,21 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
   NoteStepsMovedLocked(moved_steps, &batch);
   NoteActivity(parent);
   NoteActivity(new_parent);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
-  if (dst && !(flags & RENAME_EXCHANGE)) inodes_.ForgetIfUnused(dst->rec.ino);
-  if (commit_src) RequestCommitLocked(src->rec.ino, CommitTrigger::kRename);
-  if (commit_dst) RequestCommitLocked(dst->rec.ino, CommitTrigger::kRename);
+  // The commits the rename asks for are recorded in its own batch.
+  if (commit_src) RequestCommitLocked(src->rec.ino, CommitTrigger::kRename, &batch);
+  if (commit_dst) RequestCommitLocked(dst->rec.ino, CommitTrigger::kRename, &batch);
   // A marker or run index file renamed into place triggers as its close
   // would: DCP writes .metadata.tmp and renames it to .metadata, OLMo-core
   // renames a temporary file to .metadata.json.
-  if (!src->is_dir() && src->open_writers == 0) NoteTriggerFileLocked(src, 0);
+  if (!src->is_dir() && src->open_writers == 0) NoteTriggerFileLocked(src, 0, &batch);
   // A marker renamed into place before its RELEASE arrived (DCP closes
   // .metadata.tmp and renames it at once): its RELEASE triggers the commit,
   // but the manifest learns of the request now.
   if (src->is_reg() && src->open_writers > 0 && IsMarkerName(src->name)) {
-    ManifestBatch marker;
-    RecordClosedMarkerLocked(0, src, &marker);
-    if (!marker.empty()) (void)Apply(marker, false);
+    RecordClosedMarkerLocked(0, src, &batch);
   }
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  if (dst && !(flags & RENAME_EXCHANGE)) inodes_.ForgetIfUnused(dst->rec.ino);
   return Status::Ok();
 }
 

@@ -318,21 +318,19 @@ Status FileSystem::Release(FileHandle* fh) {
   }
   Inode* inode = inodes_.Find(fh->ino);
   if (!inode) return Status::Ok();
+  // The RELEASE is one change: one batch, written once at its end.
+  ManifestBatch batch;
   if (fh->passthrough && SyncFromBackingLocked(inode) && fh->writable && fh->flushed && inode->rec.nlink > 0) {
     // Written after its close() through a copy of the descriptor (or a
     // mapping): as NoteWritten does, recovery must not finish a commit.
     fh->flushed = false;
     inode->unflushed_writers++;
-    ManifestBatch again;
-    ForgetPendingCommitLocked(inode->rec.parent, &again);
-    if (!again.empty()) (void)Apply(again, false);
+    ForgetPendingCommitLocked(inode->rec.parent, &batch);
   }
   PassthroughReleaseLocked(inode, fh);
   if (inode->open_handles > 0) inode->open_handles--;
   if (fh->writable && inode->open_writers > 0) inode->open_writers--;
   if (fh->writable && !fh->flushed && inode->unflushed_writers > 0) inode->unflushed_writers--;
-  ManifestBatch batch;
-  Status st;
   if (inode->rec.nlink == 0) {
     if (inode->open_handles == 0) {
       // The last handle of an unlinked file: now its data can go.
@@ -341,27 +339,26 @@ Status FileSystem::Release(FileHandle* fh) {
       for (const auto& [name, value] : inode->xattrs) {
         batch.Delete(KeySpace::kXattrs, XattrKey(fh->ino, name));
       }
-      st = Apply(batch, false);
+      Status st = Apply(batch, false);
       if (st.ok() && inode->is_reg()) (void)data_->Remove(fh->ino);
       inodes_.ForgetIfUnused(fh->ino);
+      return st;
     }
-    return st;
+    return Apply(batch, false);
   }
   if (inode->dirty) {
     InodeTable::Put(*inode, &batch);
     inode->dirty = false;
-    st = Apply(batch, false);
   }
-  if (!fh->writable) return st;
-  NoteActivity(fh->ino);
-  if (inode->open_writers == 0 && options_.remote && !inode->rec.sealed) {
+  if (fh->writable) {
+    NoteActivity(fh->ino);
     // Closed files of a step go up at once, before the step is committed.
-    ManifestBatch upload;
-    QueueUploadLocked(inode, &upload);
-    if (Status q = Apply(upload, false); st.ok()) st = q;
+    if (inode->open_writers == 0 && options_.remote && !inode->rec.sealed) {
+      QueueUploadLocked(inode, &batch);
+    }
+    if (inode->open_writers == 0) NoteTriggerFileLocked(inode, fh->pid, &batch);
   }
-  if (inode->open_writers == 0) NoteTriggerFileLocked(inode, fh->pid);
-  return st;
+  return Apply(batch, false);
 }
 
 Status FileSystem::OpenDir(uint64_t ino) {

@@ -83,7 +83,8 @@ bool FileSystem::IsMarkerName(const std::string& name) const {
          options_.commit_markers.end();
 }
 
-void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, uint64_t session) {
+void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, ManifestBatch* batch,
+                                     uint64_t session) {
   auto it = steps_.find(step_ino);
   if (it == steps_.end() || it->second.state == StepState::kCommitted) return;
   StepRuntime& rt = steps_.Runtime(step_ino);
@@ -115,11 +116,11 @@ void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, uint6
       break;
   }
   if (session != 0) rt.session = session;
-  RecordPendingCommitLocked(step_ino);
+  RecordPendingCommitLocked(step_ino, batch);
   if (request_commit_) request_commit_(step_ino);
 }
 
-void FileSystem::RecordPendingCommitLocked(uint64_t step_ino) {
+void FileSystem::RecordPendingCommitLocked(uint64_t step_ino, ManifestBatch* batch) {
   auto it = steps_.find(step_ino);
   if (it == steps_.end() || steps_.IsSealed(step_ino)) return;
   const StepRuntime& rt = steps_.Runtime(step_ino);
@@ -135,12 +136,10 @@ void FileSystem::RecordPendingCommitLocked(uint64_t step_ino) {
   if (!dir || UnflushedWritersUnder(dir) > 0) return;  // the last close records it
   rec.pending_commit = bits;
   rec.session = rt.session;
-  ManifestBatch batch;
-  StepBook::Put(step_ino, rec, &batch);
-  // Not synced: a daemon crash keeps what reached the kernel, and after a
-  // machine restart recovery does not finish commits anyway. A failure is
-  // kept in bg_error_ by Apply and answered by the next mutation.
-  (void)Apply(batch, /*sync=*/false);
+  // In the operation's batch, which is not synced: a daemon crash keeps
+  // what reached the kernel, and after a machine restart recovery does not
+  // finish commits anyway.
+  StepBook::Put(step_ino, rec, batch);
 }
 
 void FileSystem::ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batch) {
@@ -158,17 +157,18 @@ uint64_t FileSystem::SessionOfLocked(uint32_t pid) {
   return session_of_ ? session_of_(pid) : pid;
 }
 
-void FileSystem::NoteTriggerFileLocked(Inode* file, uint32_t writer_pid) {
+void FileSystem::NoteTriggerFileLocked(Inode* file, uint32_t writer_pid, ManifestBatch* batch) {
   const uint64_t parent = file->rec.parent;
   const uint64_t step = steps_.StepOf(inodes_, parent);
   if (step != 0) {
     auto it = steps_.find(step);
     if (IsMarkerName(file->name) && it->second.state == StepState::kWriting) {
-      RequestCommitLocked(step, step == parent ? CommitTrigger::kMarker : CommitTrigger::kNestedMarker,
-                          SessionOfLocked(writer_pid));
+      RequestCommitLocked(step,
+                          step == parent ? CommitTrigger::kMarker : CommitTrigger::kNestedMarker,
+                          batch, SessionOfLocked(writer_pid));
     } else {
       // Any close in a step whose commit waits for files lets it try again.
-      RequestCommitLocked(step, CommitTrigger::kRetry);
+      RequestCommitLocked(step, CommitTrigger::kRetry, batch);
     }
     return;
   }
@@ -202,6 +202,7 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
   if (!run || !run->is_dir()) return Status::Ok();
   // Tokens: whitespace-separated, quotes and a directory part dropped, so
   // TensorFlow's `model_checkpoint_path: "/dir/ckpt-5"` names ckpt-5 too.
+  ManifestBatch batch;  // the requests the file makes, as one change
   size_t pos = 0;
   while (pos < text.size()) {
     const size_t start = text.find_first_not_of(" \t\r\n", pos);
@@ -219,11 +220,11 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
       auto it = steps_.find(dent.ino);
       if (it == steps_.end() || it->second.state != StepState::kWriting) continue;
       if (name == token || (number && it->second.step == std::stoll(token))) {
-        RequestCommitLocked(dent.ino, CommitTrigger::kIndex, session);
+        RequestCommitLocked(dent.ino, CommitTrigger::kIndex, &batch, session);
       }
     }
   }
-  return Status::Ok();
+  return Apply(batch, false);
 }
 
 uint32_t FileSystem::OpenWritersUnder(Inode* dir) {
@@ -308,7 +309,9 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
     it->second.error = "waiting for " + std::to_string(writers) + " file(s) open for writing";
     return Status::Error(EAGAIN, it->second.error);
   }
-  RecordPendingCommitLocked(step_ino);
+  ManifestBatch pending;
+  RecordPendingCommitLocked(step_ino, &pending);
+  if (!pending.empty()) (void)Apply(pending, false);  // a failure is kept and retried
   rt.committing = true;
   CommitPlan plan;
   plan.step_ino = step_ino;
@@ -512,7 +515,9 @@ void FileSystem::RequestIdleCommits() {
     if (now - rt.last_activity < options_.commit_idle_ns) continue;
     Inode* dir = inodes_.Find(ino);
     if (!dir || OpenWritersUnder(dir) > 0) continue;
-    RequestCommitLocked(ino, CommitTrigger::kIdle);
+    ManifestBatch batch;
+    RequestCommitLocked(ino, CommitTrigger::kIdle, &batch);
+    (void)Apply(batch, false);  // a failure is kept and retried
   }
 }
 
@@ -522,7 +527,9 @@ void FileSystem::RequestSettledCommits() {
   for (auto& [ino, rt] : steps_.runtimes()) {
     if (!rt.commit_wanted || rt.committing || !rt.settling) continue;
     if (now - rt.last_activity < options_.commit_settle_ns) continue;
-    RequestCommitLocked(ino, CommitTrigger::kRetry);
+    ManifestBatch batch;
+    RequestCommitLocked(ino, CommitTrigger::kRetry, &batch);
+    (void)Apply(batch, false);  // a failure is kept and retried
   }
 }
 
@@ -536,7 +543,9 @@ void FileSystem::RequestRecoveredCommits() {
 
 void FileSystem::RequestCommit(uint64_t step_ino) {
   MutexLock lock(&mu_);
-  RequestCommitLocked(step_ino, CommitTrigger::kExplicit);
+  ManifestBatch batch;
+  RequestCommitLocked(step_ino, CommitTrigger::kExplicit, &batch);
+  (void)Apply(batch, false);  // a failure is kept and retried
 }
 
 Status FileSystem::CommitAndWait(uint64_t step_ino) {
@@ -547,7 +556,9 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
   }
   if (it->second.state == StepState::kCommitted) return Status::Ok();
   const uint64_t gen = steps_.Runtime(step_ino).outcome_gen;
-  RequestCommitLocked(step_ino, CommitTrigger::kExplicit);
+  ManifestBatch batch;
+  RequestCommitLocked(step_ino, CommitTrigger::kExplicit, &batch);
+  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
   // Waits for the first attempt only. This runs inside the setxattr, which
   // holds the step directory's inode lock in the kernel: waiting longer
   // would block the very creates (a late shard, a straggler rank) the
