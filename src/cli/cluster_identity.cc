@@ -85,11 +85,4 @@ Result<std::optional<ClusterMembership>> JoinClusterAtMount(ManifestStore* manif
   return std::optional<ClusterMembership>(std::move(joined).value());
 }
 
-nlohmann::json ClusterStatus(const ClusterMembership& membership, int64_t refresh_ns) {
-  return {{"node", membership.node},
-          {"decide", DecideModeName(membership.mode)},
-          {"conditional_put", ConditionalPutName(membership.probe)},
-          {"refresh_s", static_cast<double>(refresh_ns) / 1e9}};
-}
-
 }  // namespace ckptfs

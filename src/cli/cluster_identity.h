@@ -42,7 +42,4 @@ Result<std::optional<ClusterMembership>> JoinClusterAtMount(ManifestStore* manif
                                                              const std::string& cache_dir,
                                                              const std::string& node, EventLog* events);
 
-// status.json's "cluster" block.
-nlohmann::json ClusterStatus(const ClusterMembership& membership, int64_t refresh_ns);
-
 }  // namespace ckptfs

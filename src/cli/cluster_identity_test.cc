@@ -92,14 +92,5 @@ TEST(ClusterIdentityTest, JoinAtMountBindsOnlyAfterJoining) {
   EXPECT_FALSE(Meta(&plain, kCacheIdKey).has_value());
 }
 
-TEST(ClusterIdentityTest, StatusBlock) {
-  ClusterMembership m;
-  m.node = "n";
-  m.mode = DecideMode::kVotes;
-  m.probe = ConditionalPut::kIgnored;
-  EXPECT_EQ(ClusterStatus(m, 1'500'000'000).dump(),
-            R"({"conditional_put":"ignored","decide":"votes","node":"n","refresh_s":1.5})");
-}
-
 }  // namespace
 }  // namespace ckptfs

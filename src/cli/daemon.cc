@@ -95,7 +95,6 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
                              &d->clock_, d->events_.get());
   if (!fs.ok()) return fs.status().Annotate("loading the manifest");
   d->fs_ = std::move(fs).value();
-  if (d->membership_) d->fs_->SetStatusSection("cluster", ClusterStatus(*d->membership_, options.fs.refresh_ns));
   if (remote_store) {
     // The tier sees the namespace through its TierPort, and times its waits
     // with the daemon's one clock.
@@ -114,6 +113,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
       cluster_options.node = d->membership_->node;
       cluster_options.cache_id = d->membership_->cache_id;
       cluster_options.mode = d->membership_->mode;
+      cluster_options.conditional_put = ConditionalPutName(d->membership_->probe);
       cluster_options.refresh_ns = options.fs.refresh_ns;
       cluster_options.publish_timeout_ns = options.publish_timeout_ns;
       cluster_options.upload_wait_ns = options.read_wait_ns;

@@ -391,9 +391,6 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // The socket the daemon serves the fast path on, shown to clients as the
   // root's user.ckptfs.writer_socket xattr ("" = none).
   void SetWriterSocket(const std::string& path);
-  // A top-level section of status.json the daemon owns and fills (cluster
-  // mode's "cluster"), shown as given.
-  void SetStatusSection(const std::string& name, nlohmann::json value);
   // Creates or truncates the file at path (relative to the mount root, no
   // "." or ".." names) with the kernel's permission checks for who; mode is
   // the new file's permissions (the client's umask applied).
@@ -714,7 +711,6 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_ GUARDED_BY(mu_);
   InvalidateInodeFn invalidate_inode_;
   std::string writer_socket_ GUARDED_BY(mu_);
-  std::map<std::string, nlohmann::json> status_sections_ GUARDED_BY(mu_);
 
   // Kernel passthrough (filesystem_passthrough.cc).
   // The open's backing id, or -1 (it goes through the daemon).

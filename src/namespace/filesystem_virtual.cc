@@ -140,11 +140,6 @@ std::string FileSystem::RenderEventsFor(const Caller& who) {
   return out;
 }
 
-void FileSystem::SetStatusSection(const std::string& name, nlohmann::json value) {
-  MutexLock lock(&mu_);
-  status_sections_[name] = std::move(value);
-}
-
 std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
   const bool everything = SeesEverything(who);
   if (ino == kEventsFileIno) return everything ? events_->Render() : RenderEventsFor(*who);
@@ -175,7 +170,6 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
   }
   info.holdings = HoldingsLocked();
   if (tier_) tier_->AddStatus(&info.extra);
-  for (const auto& [name, section] : status_sections_) info.extra[name] = section;
   info.extra["passthrough"] = PassthroughStatusLocked();
   if (cluster_) cluster_->AddStatus(&info.extra);
   // The remote's last error quotes object keys, that is paths.

@@ -10,6 +10,7 @@
 #include "common/crc32c.h"
 #include "common/random_hex.h"
 #include "manifest/records.h"
+#include "tiering/cluster_join.h"
 
 namespace ckptfs {
 
@@ -796,10 +797,11 @@ void ClusterBook::Loop() {
 }
 
 void ClusterBook::AddStatus(nlohmann::json* status) const {
-  // Joins the block the mount wrote (node, decide, conditional_put).
+  // The one writer of status.json's cluster block.
   nlohmann::json& block = (*status)["cluster"];
   block["node"] = options_.node;
-  block["decide"] = options_.mode == DecideMode::kConditionalPut ? "conditional-put" : "votes";
+  block["decide"] = DecideModeName(options_.mode);
+  if (!options_.conditional_put.empty()) block["conditional_put"] = options_.conditional_put;
   block["refresh_s"] = static_cast<double>(options_.refresh_ns) / 1e9;
   block["requests"] = {{"part_puts", counters_.part_puts.load()},
         {"part_gets", counters_.part_gets.load()},

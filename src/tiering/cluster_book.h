@@ -55,6 +55,9 @@ struct ClusterBookOptions {
   int64_t upload_wait_ns = 600'000'000'000;      // a read of another node's file waits at most this (--read-wait)
   int64_t commit_watch_first_ns = 100'000'000;   // the commit watch's first poll (CommitWatch); tests shorten it
   const Clock* clock = nullptr;                  // nullptr: the system clock
+  // What the mount's probe found of the store's conditional writes, as
+  // status.json names it ("honoured", "ignored", ...; "" = not probed).
+  std::string conditional_put;
 };
 
 // Keys of the bucket's step index: ".ckptfs-index/<escaped step path>~<state>.json".

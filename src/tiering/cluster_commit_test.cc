@@ -82,6 +82,27 @@ class Node {
   std::unique_ptr<ClusterBook> book_;
 };
 
+// status.json's cluster block has one writer, the node's ClusterBook: its
+// identity, how the bucket decides, the mount's probe, and its requests.
+TEST(ClusterCommitTest, TheBookWritesTheWholeClusterBlockOfStatus) {
+  MemoryObjectStore bucket;
+  FsEnv env;
+  ClusterBookOptions o;
+  o.node = "a";
+  o.refresh_ns = 2'500'000'000;
+  o.mode = DecideMode::kVotes;
+  o.conditional_put = "ignored";
+  ClusterBook book(&env.fs(), &bucket, &env.events, o);
+  nlohmann::json status = nlohmann::json::object();
+  book.AddStatus(&status);
+  nlohmann::json block = status["cluster"];
+  ASSERT_TRUE(block.contains("requests")) << block.dump();
+  block.erase("requests");
+  EXPECT_EQ(block.dump(),
+            R"({"closes_published_later":0,"conditional_put":"ignored","decide":"votes",)"
+            R"("node":"a","refresh_s":2.5})");
+}
+
 TEST(ClusterCommitTest, ClosePublishesThePartBeforeItReturns) {
   MemoryObjectStore bucket;
   Node a("a", &bucket);
