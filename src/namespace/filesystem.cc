@@ -65,8 +65,8 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Open(FileSystemOptions options,
   std::unique_ptr<FileSystem> fs(new FileSystem(std::move(options), std::move(pattern).value(),
                                                 std::move(manifest), std::move(data), clock, events));
   MutexLock lock(&fs->mu_);
-  CKPTFS_RETURN_IF_ERROR(fs->Load());
-  CKPTFS_RETURN_IF_ERROR(fs->Recover());
+  CKPTFS_RETURN_IF_ERROR(fs->LoadLocked());
+  CKPTFS_RETURN_IF_ERROR(fs->RecoverLocked());
   return fs;
 }
 
@@ -122,8 +122,8 @@ Status FileSystem::CheckName(const std::string& name) const {
   return Status::Ok();
 }
 
-Status FileSystem::CheckWritableDir(Inode* dir) const {
-  CKPTFS_RETURN_IF_ERROR(const_cast<FileSystem*>(this)->CheckHealthy());
+Status FileSystem::CheckWritableDirLocked(Inode* dir) const {
+  CKPTFS_RETURN_IF_ERROR(const_cast<FileSystem*>(this)->CheckHealthyLocked());
   const uint64_t step = steps_.StepOf(inodes_, dir->rec.ino);
   if (step != 0 && steps_.IsSealed(step)) {
     return Status::Error(EROFS, "step is committed or being deleted; its contents are read-only");
@@ -135,9 +135,9 @@ bool FileSystem::HasRealChild(Inode* dir, const std::string& name) const {
   return dir->children.count(name) != 0;
 }
 
-Result<Inode*> FileSystem::NewInode(const Caller& c, uint64_t parent, const std::string& name,
-                                    uint32_t mode, ManifestBatch* batch,
-                                    std::unique_ptr<BackingFile>* backing) {
+Result<Inode*> FileSystem::NewInodeLocked(const Caller& c, uint64_t parent, const std::string& name,
+                                          uint32_t mode, ManifestBatch* batch,
+                                          std::unique_ptr<BackingFile>* backing) {
   Inode* dir = inodes_.Find(parent);
   Inode* inode = inodes_.Allocate();
   const timespec now = clock_->Now();
@@ -166,7 +166,7 @@ Result<Inode*> FileSystem::NewInode(const Caller& c, uint64_t parent, const std:
   return inode;
 }
 
-void FileSystem::DropLink(Inode* inode, ManifestBatch* batch) {
+void FileSystem::DropLinkLocked(Inode* inode, ManifestBatch* batch) {
   inode->rec.ctime = clock_->Now();
   if (inode->is_dir()) {
     inode->rec.nlink = 0;

@@ -429,20 +429,22 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
 
 
   // Loading and recovery (filesystem_recovery.cc).
-  Status Load() REQUIRES(mu_);
-  Status Recover() REQUIRES(mu_);
+  Status LoadLocked() REQUIRES(mu_);
+  Status RecoverLocked() REQUIRES(mu_);
 
   // Helpers; REQUIRES: mu_ held.
   Entry MakeEntry(Inode* inode);
   struct stat StatOf(const Inode& inode) const;
   Status CheckName(const std::string& name) const;
-  Status CheckWritableDir(Inode* dir) const REQUIRES(mu_);
+  Status CheckWritableDirLocked(Inode* dir) const REQUIRES(mu_);
   // The checks every operation that adds an entry makes: a real, writable
   // directory outside committed steps, a valid name that is not taken.
   // Waits while the step is committing (see WaitUntilNotCommitting).
-  Result<Inode*> PrepareNewEntry(MutexLock& lock, uint64_t parent,
-                                 const std::string& name) REQUIRES(mu_);
-  bool InsideStep(uint64_t dir_ino) REQUIRES(mu_) { return steps_.StepOf(inodes_, dir_ino) != 0; }
+  Result<Inode*> PrepareNewEntryLocked(MutexLock& lock, uint64_t parent, const std::string& name)
+      REQUIRES(mu_);
+  bool InsideStepLocked(uint64_t dir_ino) REQUIRES(mu_) {
+    return steps_.StepOf(inodes_, dir_ino) != 0;
+  }
   // An unlink or rmdir below dir_ino: a finished step it belongs to becomes
   // `deleting` at once, so `latest` and retention stop counting a step that
   // `rm -rf` is taking apart file by file.
@@ -450,33 +452,34 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // The step the run's virtual `latest` link points at, or 0 when there is
   // no link: no committed step, a real entry named `latest` (the trainer's
   // own, e.g. DeepSpeed's), or the link turned off for this run.
-  uint64_t VirtualLatestOf(uint64_t run_ino) REQUIRES(mu_);
+  uint64_t VirtualLatestOfLocked(uint64_t run_ino) REQUIRES(mu_);
   bool HasRealChild(Inode* dir, const std::string& name) const;
   // `rm latest` on a run's virtual link.
   Status TurnOffLatestLinkLocked(Inode* run) REQUIRES(mu_);
   // A regular file gets its backing file at once (before its record can be
   // durable); `backing`, when given, receives that open file, so that a
   // create does not open it again.
-  Result<Inode*> NewInode(const Caller& c, uint64_t parent, const std::string& name, uint32_t mode,
-                          ManifestBatch* batch, std::unique_ptr<BackingFile>* backing = nullptr)
-      REQUIRES(mu_);
+  Result<Inode*> NewInodeLocked(const Caller& c, uint64_t parent, const std::string& name,
+                                uint32_t mode, ManifestBatch* batch,
+                                std::unique_ptr<BackingFile>* backing = nullptr) REQUIRES(mu_);
   // Drops a link; deletes the inode when the last link and handle are gone
   // (its data through the GC queue).
-  void DropLink(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
+  void DropLinkLocked(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
   // Writes a batch whose change the in-memory image already holds
   // (ManifestJournal::Apply: kept and written later when the manifest cannot
   // take it now).
-  Status Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure = true) REQUIRES(mu_) {
+  Status ApplyLocked(const ManifestBatch& batch, bool sync, bool keep_on_failure = true)
+      REQUIRES(mu_) {
     return journal_.Apply(batch, sync, keep_on_failure);
   }
   // Step records follow directory names (mkdir, rename, rmdir).
-  void ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now) REQUIRES(mu_);
+  void ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool* commit_now) REQUIRES(mu_);
   // A directory moved into a step, or renamed into one, takes the steps
   // below it along as plain directories: a step is never inside a step
   // (the reference-model test found files created in a committed step
   // through a step record left below it).
   void DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) REQUIRES(mu_);
-  void NoteActivity(uint64_t ino) REQUIRES(mu_);
+  void NoteActivityLocked(uint64_t ino) REQUIRES(mu_);
   // Asks for the step's commit; the manifest's record of the request goes
   // into the caller's batch (the operation's one batch).
   void RequestCommitLocked(uint64_t step_ino, CommitTrigger why, ManifestBatch* batch,
@@ -499,23 +502,23 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // request its RELEASE will make (pid: the writer's, 0 = unknown).
   void RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch) REQUIRES(mu_);
   // Writable handles below dir written since their last close().
-  uint32_t UnflushedWritersUnder(Inode* dir) REQUIRES(mu_);
+  uint32_t UnflushedWritersUnderLocked(Inode* dir) REQUIRES(mu_);
   // Recovery (filesystem_recovery.cc): a writing step becomes incomplete,
   // or, when its pending commit may be finished, stays writing with the
   // request restored.
   void RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot, ManifestBatch* batch) REQUIRES(mu_);
   bool IsMarkerName(const std::string& name) const;
-  uint32_t OpenWritersUnder(Inode* dir) REQUIRES(mu_);
-  void CollectFiles(Inode* dir, const std::string& prefix,
-                    std::vector<std::pair<std::string, uint64_t>>* out) REQUIRES(mu_);
-  void EmitStepEvent(const char* event, uint64_t step_ino, const StepRecord& rec,
-                     const std::string& detail = "") REQUIRES(mu_);
+  uint32_t OpenWritersUnderLocked(Inode* dir) REQUIRES(mu_);
+  void CollectFilesLocked(Inode* dir, const std::string& prefix,
+                          std::vector<std::pair<std::string, uint64_t>>* out) REQUIRES(mu_);
+  void EmitStepEventLocked(const char* event, uint64_t step_ino, const StepRecord& rec,
+                           const std::string& detail = "") REQUIRES(mu_);
   // Waits (releasing mu_) until no step containing dir_ino is committing,
   // so a step is frozen between BeginCommit and its outcome.
-  void WaitUntilNotCommitting(MutexLock& lock, uint64_t dir_ino) REQUIRES(mu_);
+  void WaitUntilNotCommittingLocked(MutexLock& lock, uint64_t dir_ino) REQUIRES(mu_);
   // Every mutation asks first, before it changes the image: refused with the
   // kept errno while the manifest cannot be written (ManifestJournal).
-  Status CheckHealthy() REQUIRES(mu_) { return journal_.CheckWritable(); }
+  Status CheckHealthyLocked() REQUIRES(mu_) { return journal_.CheckWritable(); }
 
   // Retention helpers (filesystem_retention.cc); REQUIRES: mu_ held.
   RetentionPolicy PolicyOf(Inode* run);
@@ -527,7 +530,8 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // become orphans that Release deletes.
   void RemoveStepLocked(uint64_t step_ino, const std::string& reason, ManifestBatch* batch) REQUIRES(mu_);
   void RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) REQUIRES(mu_);
-  Status ValidateXattr(Inode* inode, const std::string& name, const std::string& value) REQUIRES(mu_);
+  Status ValidateXattrLocked(Inode* inode, const std::string& name, const std::string& value)
+      REQUIRES(mu_);
 
   // Rename without cluster publication (filesystem_entries.cc).
   Status RenameEntry(uint64_t parent, const std::string& name, uint64_t new_parent,
@@ -574,8 +578,8 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
 
   // Remote tier helpers (filesystem_tiering.cc); REQUIRES: mu_ held.
   // EPERM for the commit object's name directly in a step (with a remote).
-  Status CheckNotReserved(uint64_t parent, const std::string& name) const REQUIRES(mu_);
-  void LoadTierState(Status* decode_error) REQUIRES(mu_);
+  Status CheckNotReservedLocked(uint64_t parent, const std::string& name) const REQUIRES(mu_);
+  void LoadTierStateLocked(Status* decode_error) REQUIRES(mu_);
   // Queues an upload of the file's current contents (no-op without a remote
   // or outside steps).
   void QueueUploadLocked(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
@@ -588,7 +592,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // object goes first, and it is no longer persisted.
   void UnpersistStepLocked(uint64_t step_ino, const std::string& old_path, ManifestBatch* batch) REQUIRES(mu_);
   // Committed steps at or below dir, with their paths now (before a rename).
-  std::vector<std::pair<uint64_t, std::string>> CommittedStepsUnder(Inode* dir) REQUIRES(mu_);
+  std::vector<std::pair<uint64_t, std::string>> CommittedStepsUnderLocked(Inode* dir) REQUIRES(mu_);
   // After a rename moved those steps: new commit objects, re-uploads.
   void NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std::string>>& moved,
                             ManifestBatch* batch) REQUIRES(mu_);
@@ -619,13 +623,16 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   static Result<uint32_t> Crc32cOfBacking(BackingFile* file, uint64_t size);
   // Fast-path helpers (filesystem_fast_path.cc); REQUIRES: mu_ held.
   void LoadChecksums(Status* decode_error);
-  void ForgetChecksumLocked(Inode* inode, ManifestBatch* batch);
+  void ForgetChecksumLocked(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
   // user.ckptfs.writer_socket (root) and user.ckptfs.crc32c (files written
   // through the fast path, while the checksum describes them).
-  std::optional<std::string> FastPathXattr(const Inode& inode, const std::string& name) const REQUIRES(mu_);
-  void FastPathXattrNames(const Inode& inode, std::vector<std::string>* names) const REQUIRES(mu_);
+  std::optional<std::string> FastPathXattrLocked(const Inode& inode, const std::string& name) const
+      REQUIRES(mu_);
+  void FastPathXattrNamesLocked(const Inode& inode, std::vector<std::string>* names) const
+      REQUIRES(mu_);
   UploadProgress ProgressLocked(uint64_t step_ino) REQUIRES(mu_);
-  void CollectTree(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete) REQUIRES(mu_);
+  void CollectTreeLocked(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete)
+      REQUIRES(mu_);
 
   // `.full/` views (filesystem_full.cc). Entry points call these before
   // taking mu_: building a view reads the checkpoint's metadata.
@@ -644,9 +651,9 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   Result<std::shared_ptr<const FullView>> ViewOf(uint64_t dir_ino);
   // The file at a path relative to dir (for a view's shard reads), or 0.
   // REQUIRES: mu_ held.
-  uint64_t ResolveRelative(uint64_t dir_ino, const std::string& path) REQUIRES(mu_);
+  uint64_t ResolveRelativeLocked(uint64_t dir_ino, const std::string& path) REQUIRES(mu_);
   // Shows `.full` in dir's readdir (--show-full). REQUIRES: mu_ held.
-  bool ListsFullDir(Inode* dir) REQUIRES(mu_);
+  bool ListsFullDirLocked(Inode* dir) REQUIRES(mu_);
   void ReportViewError(uint64_t ino, const std::string& path, const Status& st);
   // Read without counting it as a FUSE read (a view reading its shards):
   // fetches what is only in the remote, then reads the backing file.
@@ -665,10 +672,10 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   static Status NotPermittedVirtual() {
     return Status::Error(EPERM, "ckptfs control entries and 'latest' links are managed by ckptfs");
   }
-  Result<Entry> LookupVirtual(uint64_t parent, const std::string& name) REQUIRES(mu_);
-  Result<Attr> GetAttrVirtual(uint64_t ino) REQUIRES(mu_);
+  Result<Entry> LookupVirtualLocked(uint64_t parent, const std::string& name) REQUIRES(mu_);
+  Result<Attr> GetAttrVirtualLocked(uint64_t ino) REQUIRES(mu_);
   // who == nullptr: unfiltered.
-  std::string RenderControlFile(uint64_t ino, const Caller* who = nullptr) REQUIRES(mu_);
+  std::string RenderControlFileLocked(uint64_t ino, const Caller* who = nullptr) REQUIRES(mu_);
   // Sees every path: root, the daemon's own user, or the daemon itself.
   bool SeesEverything(const Caller* who) const;
   // who could look ino's path up: search permission on every directory
@@ -678,16 +685,16 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // exists and grants search; the last component may be gone (a pruned
   // step). REQUIRES: mu_ held.
   bool MayLookUpPathLocked(const std::string& path, const Caller& who) REQUIRES(mu_);
-  std::string RenderEventsFor(const Caller& who) REQUIRES(mu_);
+  std::string RenderEventsForLocked(const Caller& who) REQUIRES(mu_);
   std::string RenderMetricsLocked() REQUIRES(mu_);
   // Bytes and regular files below a step now (for steps not yet committed).
-  std::pair<uint64_t, uint64_t> CurrentSize(uint64_t step_ino) REQUIRES(mu_);
+  std::pair<uint64_t, uint64_t> CurrentSizeLocked(uint64_t step_ino) REQUIRES(mu_);
   // What ckptfs holds, for status.json (mu_ held); and the two queries it
   // shares with the remote tier, lock already held.
   Holdings HoldingsLocked() REQUIRES(mu_);
   std::vector<EvictionCandidate> EvictionCandidatesLocked() REQUIRES(mu_);
   uint64_t ResidentBytesLocked() REQUIRES(mu_);
-  std::optional<std::string> StepXattr(uint64_t ino, const std::string& name) REQUIRES(mu_);
+  std::optional<std::string> StepXattrLocked(uint64_t ino, const std::string& name) REQUIRES(mu_);
 
   const FileSystemOptions options_;
   const StepPattern pattern_;

@@ -55,9 +55,9 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
   if (KindOf(ino) == NodeKind::kLatestLink && !req.size) return VirtualNodesFor(ino)->GetAttr(ino);
   if (!IsRealIno(ino)) return NotPermittedVirtual();
   MutexLock lock(&mu_);
-  if (req.size) WaitUntilNotCommitting(lock, ino);
+  if (req.size) WaitUntilNotCommittingLocked(lock, ino);
   if (req.size) CKPTFS_RETURN_IF_ERROR(MakeLocalForWriteLocked(lock, ino));  // remote-only run-level files
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   const timespec now = clock_->Now();
@@ -85,7 +85,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
     CKPTFS_RETURN_IF_ERROR(file->Truncate(*req.size));
     inode->rec.size = *req.size;
     inode->rec.mtime = now;
-    NoteActivity(ino);
+    NoteActivityLocked(ino);
   }
   if (req.mode) inode->rec.mode = (inode->rec.mode & S_IFMT) | (*req.mode & 07777);
   if (req.uid) inode->rec.uid = *req.uid;
@@ -99,7 +99,7 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
   ManifestBatch batch;
   InodeTable::Put(*inode, &batch);
   inode->dirty = false;
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   return Attr{StatOf(*inode), options_.attr_timeout};
 }
 
@@ -112,7 +112,7 @@ void FileSystem::DropSetIdBits(FileHandle* fh) {
   ManifestBatch batch;
   InodeTable::Put(*inode, &batch);
   inode->dirty = false;
-  (void)Apply(batch, false);  // a failed write is kept and reported by the journal
+  (void)ApplyLocked(batch, false);  // a failed write is kept and reported by the journal
 }
 
 Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) {
@@ -122,9 +122,9 @@ Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) 
   if (name.rfind("user.ckptfs.", 0) == 0) MaybeRefreshCluster();
   MutexLock lock(&mu_);
   if (!inodes_.Find(ino)) return Status::Error(ENOENT, "no such inode");
-  if (auto v = StepXattr(ino, name)) return *v;
+  if (auto v = StepXattrLocked(ino, name)) return *v;
   Inode* inode = inodes_.Find(ino);
-  if (auto v = FastPathXattr(*inode, name)) return *v;
+  if (auto v = FastPathXattrLocked(*inode, name)) return *v;
   if (name == kPlanXattr && inode->is_dir()) {
     std::string out;
     for (const StepDecision& d : PlanLocked(inode)) {
@@ -153,11 +153,11 @@ Result<std::vector<std::string>> FileSystem::ListXattr(uint64_t ino) {
   if (steps_.count(ino)) {
     for (const char* n : {"user.ckptfs.state", "user.ckptfs.step", "user.ckptfs.bytes",
                           "user.ckptfs.files", "user.ckptfs.committed_at", "user.ckptfs.error"}) {
-      if (StepXattr(ino, n)) names.push_back(n);
+      if (StepXattrLocked(ino, n)) names.push_back(n);
     }
     if (options_.remote) names.push_back("user.ckptfs.persisted");
   }
-  FastPathXattrNames(*inode, &names);
+  FastPathXattrNamesLocked(*inode, &names);
   for (const auto& [name, value] : inode->xattrs) names.push_back(name);
   return names;
 }
@@ -173,7 +173,7 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   }
   MutexLock lock(&mu_);
   if (!IsRealIno(ino)) return NotPermittedVirtual();
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (IsStepXattrName(name) || name == kPlanXattr) return Status::Error(EPERM, name + " is maintained by ckptfs");
@@ -188,7 +188,7 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   if (name == kLatestLinkXattr && (!inode->is_dir() || (value != "on" && value != "off"))) {
     return Status::Error(EINVAL, std::string(kLatestLinkXattr) + " takes on or off, on a run directory");
   }
-  CKPTFS_RETURN_IF_ERROR(ValidateXattr(inode, name, value));
+  CKPTFS_RETURN_IF_ERROR(ValidateXattrLocked(inode, name, value));
   const bool exists = inode->xattrs.count(name) != 0;
   if ((flags & XATTR_CREATE) && exists) return Status::Error(EEXIST, name + " exists");
   if ((flags & XATTR_REPLACE) && !exists) return Status::Error(ENODATA, name + " does not exist");
@@ -200,13 +200,13 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   ManifestBatch batch;
   batch.Put(KeySpace::kXattrs, XattrKey(ino, name), value);
   InodeTable::Put(*inode, &batch);
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
 Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
   MutexLock lock(&mu_);
   if (!IsRealIno(ino)) return NotPermittedVirtual();
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   Inode* inode = inodes_.Find(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (IsStepXattrName(name)) return Status::Error(EPERM, name + " is maintained by ckptfs");
@@ -218,7 +218,7 @@ Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
   ManifestBatch batch;
   batch.Delete(KeySpace::kXattrs, XattrKey(ino, name));
   InodeTable::Put(*inode, &batch);
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
 Result<struct statvfs> FileSystem::StatFs() {

@@ -47,7 +47,7 @@ std::string FileSystem::StagedStepPathLocked(uint64_t ino) {
 }
 
 uint64_t FileSystem::StagingDirOfLocked(const std::string& step_path) {
-  const uint64_t ino = ResolveRelative(kRootIno, step_path + "-tmp");
+  const uint64_t ino = ResolveRelativeLocked(kRootIno, step_path + "-tmp");
   Inode* dir = ino ? inodes_.Find(ino) : nullptr;
   return dir && dir->is_dir() && !steps_.count(ino) ? ino : 0;
 }
@@ -158,7 +158,7 @@ Result<PartRecord> FileSystem::PartSnapshot(const std::string& step_path) {
 }
 
 Result<PartRecord> FileSystem::PartSnapshotLocked(const std::string& step_path) {
-  const uint64_t step = ResolveRelative(kRootIno, step_path);
+  const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
   auto it = steps_.find(step);
   Inode* dir = step ? inodes_.Find(step) : nullptr;
   const uint64_t staging = StagingDirOfLocked(step_path);
@@ -195,7 +195,7 @@ Result<PartRecord> FileSystem::PartSnapshotLocked(const std::string& step_path) 
                       std::all_of(part.files.begin(), part.files.end(), [](const auto& f) { return f.uploaded; });
   // Files written since their writer's last close(): a file whose close
   // is publishing this part has been flushed, though its RELEASE is to come.
-  part.open_writers = UnflushedWritersUnder(dir);
+  part.open_writers = UnflushedWritersUnderLocked(dir);
   // Activity is kept on the monotonic clock; the record carries wall time.
   const StepRuntime* rt = steps_.FindRuntime(step);
   const int64_t idle_ns = rt && rt->last_activity > 0 ? clock_->MonotonicNanos() - rt->last_activity : 0;
@@ -229,7 +229,7 @@ Result<Inode*> FileSystem::EnsureDirPathLocked(Inode* base, const std::string& r
     Inode* next = it == at->children.end() ? nullptr : inodes_.Find(it->second.ino);
     if (!next) {
       const Caller owner{.uid = base->rec.uid, .gid = base->rec.gid};
-      auto made = NewInode(owner, at->rec.ino, part, S_IFDIR | 0755, batch);
+      auto made = NewInodeLocked(owner, at->rec.ino, part, S_IFDIR | 0755, batch);
       if (!made.ok()) return made.status();
       inodes_.AddChild(at, part, *made, clock_->Now(), batch);
       InodeTable::Put(*at, batch);
@@ -249,7 +249,7 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
   if (!dir) return Status::Error(ENOENT, record.step_path + " vanished");
   const std::string me = cluster_ ? cluster_->node() : options_.node;
   std::vector<std::pair<std::string, uint64_t>> local;
-  CollectFiles(dir, "", &local);
+  CollectFilesLocked(dir, "", &local);
   std::map<std::string, uint64_t> local_by_path(local.begin(), local.end());
   std::set<std::string> listed;
   for (const auto& f : record.files) listed.insert(f.path);
@@ -264,7 +264,7 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
                      {"path", record.step_path + "/" + path},
                      {"error", "not in the step record the cluster decided; removed from the committed step"}});
     inodes_.RemoveChild(parent, inode->name, clock_->Now(), batch);
-    DropLink(inode, batch);
+    DropLinkLocked(inode, batch);
   }
   for (const auto& d : record.dirs) CKPTFS_RETURN_IF_ERROR(EnsureDirPathLocked(dir, d, batch).status());
   for (const auto& f : record.files) {
@@ -292,7 +292,7 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
       // not what the record says: the record wins.
       if (Inode* parent = inodes_.Find(inode->rec.parent)) {
         inodes_.RemoveChild(parent, inode->name, clock_->Now(), batch);
-        DropLink(inode, batch);
+        DropLinkLocked(inode, batch);
       }
     }
     const size_t slash = f.path.rfind('/');
@@ -301,7 +301,7 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
     if (!parent.ok()) return parent.status();
     if ((*parent)->children.count(leaf)) return Status::Error(EIO, "duplicate " + f.path + " in the step record");
     const Caller owner{.uid = dir->rec.uid, .gid = dir->rec.gid};
-    auto made = NewInode(owner, (*parent)->rec.ino, leaf, S_IFREG | (f.mode & 07777), batch);
+    auto made = NewInodeLocked(owner, (*parent)->rec.ino, leaf, S_IFREG | (f.mode & 07777), batch);
     if (!made.ok()) return made.status();
     Inode* file = *made;
     file->rec.size = f.size;
@@ -332,7 +332,7 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
     if (!parent.ok()) return parent.status();
     if ((*parent)->children.count(leaf)) continue;
     const Caller owner{.uid = dir->rec.uid, .gid = dir->rec.gid};
-    auto link = NewInode(owner, (*parent)->rec.ino, leaf, S_IFLNK | 0777, batch);
+    auto link = NewInodeLocked(owner, (*parent)->rec.ino, leaf, S_IFLNK | 0777, batch);
     if (!link.ok()) return link.status();
     (*link)->rec.symlink_target = s.target;
     (*link)->rec.sealed = true;
@@ -357,7 +357,7 @@ CommitFacts FileSystem::ClusterCommitFacts(const StepRecord& before,
 
 Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
   MutexLock lock(&mu_);
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   std::vector<std::string> parts;
   for (size_t start = 0; start <= record.step_path.size();) {
     size_t end = record.step_path.find('/', start);
@@ -375,7 +375,7 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
     return Status::Error(EINVAL, parts.back() + " does not match the step pattern of this mount");
   }
   ManifestBatch batch;
-  uint64_t step_ino = ResolveRelative(kRootIno, record.step_path);
+  uint64_t step_ino = ResolveRelativeLocked(kRootIno, record.step_path);
   if (step_ino == 0 && StagingDirOfLocked(record.step_path) != 0) {
     // This node's files still sit in its staging directory: the step appears
     // here when the node renames it into place (and commits it then), so the
@@ -401,7 +401,7 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
       return Status::Error(EINVAL, record.step_path + " would be inside a step here");
     }
     const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
-    auto made = NewInode(owner, (*run_dir)->rec.ino, parts.back(), S_IFDIR | 0755, &batch);
+    auto made = NewInodeLocked(owner, (*run_dir)->rec.ino, parts.back(), S_IFDIR | 0755, &batch);
     if (!made.ok()) return made.status();
     inodes_.AddChild(*run_dir, parts.back(), *made, clock_->Now(), &batch);
     InodeTable::Put(**run_dir, &batch);
@@ -419,7 +419,7 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
     rt->outcome_gen++;
   }
   step_cv_.notify_all();
-  Status st = Apply(batch, /*sync=*/true, /*keep_on_failure=*/false);
+  Status st = ApplyLocked(batch, /*sync=*/true, /*keep_on_failure=*/false);
   if (!st.ok()) {
     journal_.MarkDiverged();
     return st;
@@ -436,12 +436,12 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
 
 Status FileSystem::ApplyClusterPersisted(const std::string& step_path) {
   MutexLock lock(&mu_);
-  const uint64_t step = ResolveRelative(kRootIno, step_path);
+  const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
   auto it = steps_.find(step);
   ManifestBatch batch;
   if (it == steps_.end() || !steps_.SetPersisted(step, true, &batch)) return Status::Ok();
-  EmitStepEvent("persisted", step, it->second);
-  return Apply(batch, false);
+  EmitStepEventLocked("persisted", step, it->second);
+  return ApplyLocked(batch, false);
 }
 
 void FileSystem::AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) {
@@ -452,7 +452,7 @@ void FileSystem::AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecor
 
 Status FileSystem::RemoveClusterStep(const std::string& step_path) {
   MutexLock lock(&mu_);
-  const uint64_t step = ResolveRelative(kRootIno, step_path);
+  const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
   auto it = steps_.find(step);
   // Writing: never committed here. Deleting: this node is removing it itself
   // (an rm -rf in progress must not find its files gone under it).
@@ -464,7 +464,7 @@ Status FileSystem::RemoveClusterStep(const std::string& step_path) {
   applying_cluster_removal_ = true;
   RemoveStepLocked(step, "removed by another node of the cluster", &batch);
   applying_cluster_removal_ = false;
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
 std::vector<ClusterPort::AwaitedPart> FileSystem::PartsAwaited() {
@@ -476,7 +476,7 @@ std::vector<ClusterPort::AwaitedPart> FileSystem::PartsAwaited() {
     Inode* dir = inodes_.Find(ino);
     if (!dir) continue;
     std::vector<std::pair<std::string, uint64_t>> files;
-    CollectFiles(dir, "", &files);
+    CollectFilesLocked(dir, "", &files);
     std::set<std::string> owners;
     for (const auto& [path, file_ino] : files) {
       Inode* f = inodes_.Find(file_ino);
@@ -507,16 +507,16 @@ bool FileSystem::NoteRemoteUploadLocked(Inode* inode, const PartRecord& part, co
 
 Status FileSystem::NoteRemoteUploads(const std::string& step_path, const PartRecord& part) {
   MutexLock lock(&mu_);
-  const uint64_t step = ResolveRelative(kRootIno, step_path);
+  const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
   if (step == 0 || !steps_.count(step)) return Status::Ok();
   ManifestBatch batch;
   size_t learned = 0;
   for (const auto& f : part.files) {
-    const uint64_t ino = ResolveRelative(step, f.path);
+    const uint64_t ino = ResolveRelativeLocked(step, f.path);
     if (ino && NoteRemoteUploadLocked(inodes_.Find(ino), part, f, &batch)) learned++;
   }
   if (learned == 0) return Status::Ok();
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   // The commit object may be complete now.
   if (tier_) tier_->StepsMayPersist();
   return Status::Ok();
@@ -554,7 +554,7 @@ Status FileSystem::AwaitOwnerUpload(FileHandle* fh) {
   ManifestBatch batch;
   for (const auto& f : part->files) {
     if (f.path == rel && NoteRemoteUploadLocked(inode, *part, f, &batch)) {
-      CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+      CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
     }
   }
   return Status::Ok();
@@ -680,7 +680,7 @@ Status FileSystem::FinishClusterCommitLocked(const CommitPlan& plan) {
         retention_by_committer_ = false;
       }
     }
-    st = Apply(batch, /*sync=*/true, /*keep_on_failure=*/false);
+    st = ApplyLocked(batch, /*sync=*/true, /*keep_on_failure=*/false);
     // New inodes and links already changed the image: only a restart, which
     // reloads the manifest, brings back the state before.
     if (!st.ok()) journal_.MarkDiverged();

@@ -14,10 +14,10 @@ constexpr size_t kSymlinkMax = 4095;
 
 }  // namespace
 
-Result<Inode*> FileSystem::PrepareNewEntry(MutexLock& lock, uint64_t parent,
-                                           const std::string& name) {
+Result<Inode*> FileSystem::PrepareNewEntryLocked(MutexLock& lock, uint64_t parent,
+                                                 const std::string& name) {
   if (!IsRealIno(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
-  WaitUntilNotCommitting(lock, parent);
+  WaitUntilNotCommittingLocked(lock, parent);
   auto dir = inodes_.FindDir(parent);
   if (!dir.ok()) return dir.status();
   // A removed directory still open somewhere (a process's cwd): the kernel
@@ -26,8 +26,8 @@ Result<Inode*> FileSystem::PrepareNewEntry(MutexLock& lock, uint64_t parent,
   // directory that is gone.
   if ((*dir)->rec.nlink == 0) return Status::Error(ENOENT, "directory was removed");
   CKPTFS_RETURN_IF_ERROR(CheckName(name));
-  CKPTFS_RETURN_IF_ERROR(CheckWritableDir(*dir));
-  CKPTFS_RETURN_IF_ERROR(CheckNotReserved(parent, name));
+  CKPTFS_RETURN_IF_ERROR(CheckWritableDirLocked(*dir));
+  CKPTFS_RETURN_IF_ERROR(CheckNotReservedLocked(parent, name));
   if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
     return Status::Error(EEXIST, name + " exists");
   }
@@ -51,7 +51,7 @@ Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
     if (!child) return Status::Error(EIO, "dangling entry " + name);
     return MakeEntry(child);
   }
-  return LookupVirtual(parent, name);
+  return LookupVirtualLocked(parent, name);
 }
 
 void FileSystem::Forget(uint64_t ino, uint64_t nlookup) {
@@ -66,16 +66,16 @@ void FileSystem::Forget(uint64_t ino, uint64_t nlookup) {
 Result<Entry> FileSystem::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
                                 uint32_t mode) {
   MutexLock lock(&mu_);
-  auto dir = PrepareNewEntry(lock, parent, name);
+  auto dir = PrepareNewEntryLocked(lock, parent, name);
   if (!dir.ok()) return dir.status();
   ManifestBatch batch;
-  auto inode = NewInode(c, parent, name, S_IFDIR | (mode & 07777), &batch);
+  auto inode = NewInodeLocked(c, parent, name, S_IFDIR | (mode & 07777), &batch);
   if (!inode.ok()) return inode.status();
   inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
   bool unused = false;
-  ReclassifyDir(*inode, &batch, &unused);
-  NoteActivity(parent);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  ReclassifyDirLocked(*inode, &batch, &unused);
+  NoteActivityLocked(parent);
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   return MakeEntry(*inode);
 }
 
@@ -86,14 +86,14 @@ Result<Entry> FileSystem::Mknod(const Caller& c, uint64_t parent, const std::str
     return Status::Error(EPERM, "device nodes are not supported");
   }
   MutexLock lock(&mu_);
-  auto dir = PrepareNewEntry(lock, parent, name);
+  auto dir = PrepareNewEntryLocked(lock, parent, name);
   if (!dir.ok()) return dir.status();
   ManifestBatch batch;
-  auto inode = NewInode(c, parent, name, mode, &batch);
+  auto inode = NewInodeLocked(c, parent, name, mode, &batch);
   if (!inode.ok()) return inode.status();
   inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
-  NoteActivity(parent);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  NoteActivityLocked(parent);
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   return MakeEntry(*inode);
 }
 
@@ -102,24 +102,24 @@ Result<Entry> FileSystem::Symlink(const Caller& c, uint64_t parent, const std::s
   if (target.empty()) return Status::Error(ENOENT, "empty symlink target");
   if (target.size() > kSymlinkMax) return Status::Error(ENAMETOOLONG, "symlink target too long");
   MutexLock lock(&mu_);
-  auto dir = PrepareNewEntry(lock, parent, name);
+  auto dir = PrepareNewEntryLocked(lock, parent, name);
   if (!dir.ok()) return dir.status();
   ManifestBatch batch;
-  auto inode = NewInode(c, parent, name, S_IFLNK | 0777, &batch);
+  auto inode = NewInodeLocked(c, parent, name, S_IFLNK | 0777, &batch);
   if (!inode.ok()) return inode.status();
   (*inode)->rec.symlink_target = target;
   (*inode)->rec.size = target.size();
   InodeTable::Put(**inode, &batch);
   inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
-  NoteActivity(parent);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  NoteActivityLocked(parent);
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   return MakeEntry(*inode);
 }
 
 Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name) {
   MutexLock lock(&mu_);
   if (!IsRealIno(ino)) return NotPermittedVirtual();
-  auto dir = PrepareNewEntry(lock, new_parent, new_name);
+  auto dir = PrepareNewEntryLocked(lock, new_parent, new_name);
   if (!dir.ok()) return dir.status();
   Inode* inode = inodes_.Find(ino);
   if (!inode || inode->rec.nlink == 0) return Status::Error(ENOENT, "no such file");
@@ -130,22 +130,23 @@ Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::str
   inode->rec.ctime = clock_->Now();
   inodes_.AddChild(*dir, new_name, inode, clock_->Now(), &batch);
   InodeTable::Put(*inode, &batch);
-  NoteActivity(new_parent);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  NoteActivityLocked(new_parent);
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   return MakeEntry(inode);
 }
 
 Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
   MutexLock lock(&mu_);
   if (!IsRealIno(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
-  WaitUntilNotCommitting(lock, parent);
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  WaitUntilNotCommittingLocked(lock, parent);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   auto dir = inodes_.FindDir(parent);
   if (!dir.ok()) return dir.status();
   auto it = (*dir)->children.find(name);
   if (it == (*dir)->children.end()) {
     if (parent == kRootIno && name == kControlDirName) return NotPermittedVirtual();
-    if (name == kLatestName && VirtualLatestOf(parent) != 0) return TurnOffLatestLinkLocked(*dir);
+    if (name == kLatestName && VirtualLatestOfLocked(parent) != 0)
+      return TurnOffLatestLinkLocked(*dir);
     return Status::Error(ENOENT, name + " does not exist");
   }
   Inode* child = inodes_.Find(it->second.ino);
@@ -156,9 +157,9 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
   ManifestBatch batch;
   NoteDeletionLocked(parent, &batch);
   inodes_.RemoveChild(*dir, name, clock_->Now(), &batch);
-  DropLink(child, &batch);
-  NoteActivity(parent);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  DropLinkLocked(child, &batch);
+  NoteActivityLocked(parent);
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   inodes_.ForgetIfUnused(child->rec.ino);
   return Status::Ok();
 }
@@ -166,8 +167,8 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
 Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   MutexLock lock(&mu_);
   if (!IsRealIno(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
-  WaitUntilNotCommitting(lock, parent);
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  WaitUntilNotCommittingLocked(lock, parent);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   auto dir = inodes_.FindDir(parent);
   if (!dir.ok()) return dir.status();
   auto it = (*dir)->children.find(name);
@@ -178,7 +179,7 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   Inode* child = inodes_.Find(it->second.ino);
   if (!child) return Status::Error(EIO, "dangling entry " + name);
   if (!child->is_dir()) return Status::Error(ENOTDIR, name + " is not a directory");
-  WaitUntilNotCommitting(lock, child->rec.ino);
+  WaitUntilNotCommittingLocked(lock, child->rec.ino);
   dir = inodes_.FindDir(parent);  // the wait may have released mu_
   if (!dir.ok()) return dir.status();
   it = (*dir)->children.find(name);
@@ -193,9 +194,9 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
     NoteDeletionLocked(parent, &batch);
   }
   inodes_.RemoveChild(*dir, name, clock_->Now(), &batch);
-  DropLink(child, &batch);
-  NoteActivity(parent);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  DropLinkLocked(child, &batch);
+  NoteActivityLocked(parent);
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   inodes_.ForgetIfUnused(child->rec.ino);
   return Status::Ok();
 }
@@ -209,7 +210,7 @@ Status FileSystem::TurnOffLatestLinkLocked(Inode* run) {
   run->rec.ctime = clock_->Now();
   batch.Put(KeySpace::kXattrs, XattrKey(run->rec.ino, kLatestLinkXattr), "off");
   InodeTable::Put(*run, &batch);
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
 Result<std::string> FileSystem::Readlink(uint64_t ino) {
@@ -217,7 +218,7 @@ Result<std::string> FileSystem::Readlink(uint64_t ino) {
   MutexLock lock(&mu_);
   if (KindOf(ino) == NodeKind::kLatestLink) {
     const uint64_t run = ino & ~kLatestBit;
-    const uint64_t step = VirtualLatestOf(run);
+    const uint64_t step = VirtualLatestOfLocked(run);
     if (step == 0) return Status::Error(ENOENT, "no committed step");
     return inodes_.Find(step)->name;
   }
@@ -264,19 +265,19 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
   if (!IsRealIno(parent) || !IsRealIno(new_parent)) {
     return Status::Error(EXDEV, "cannot move into or out of the ckptfs control directory");
   }
-  WaitUntilNotCommitting(lock, parent);
-  WaitUntilNotCommitting(lock, new_parent);
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  WaitUntilNotCommittingLocked(lock, parent);
+  WaitUntilNotCommittingLocked(lock, new_parent);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   auto src_dir = inodes_.FindDir(parent);
   if (!src_dir.ok()) return src_dir.status();
   auto dst_dir = inodes_.FindDir(new_parent);
   if (!dst_dir.ok()) return dst_dir.status();
   CKPTFS_RETURN_IF_ERROR(CheckName(new_name));
-  CKPTFS_RETURN_IF_ERROR(CheckNotReserved(new_parent, new_name));
+  CKPTFS_RETURN_IF_ERROR(CheckNotReservedLocked(new_parent, new_name));
   auto sit = (*src_dir)->children.find(name);
   if (sit == (*src_dir)->children.end()) {
     if ((parent == kRootIno && name == kControlDirName) ||
-        (name == kLatestName && VirtualLatestOf(parent) != 0)) {
+        (name == kLatestName && VirtualLatestOfLocked(parent) != 0)) {
       return NotPermittedVirtual();
     }
     return Status::Error(ENOENT, name + " does not exist");
@@ -284,7 +285,7 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
   if (new_parent == kRootIno && new_name == kControlDirName) return NotPermittedVirtual();
   Inode* src = inodes_.Find(sit->second.ino);
   if (!src) return Status::Error(EIO, "dangling entry " + name);
-  if (src->is_dir()) WaitUntilNotCommitting(lock, src->rec.ino);
+  if (src->is_dir()) WaitUntilNotCommittingLocked(lock, src->rec.ino);
   // Re-resolve: the waits may have released mu_.
   src_dir = inodes_.FindDir(parent);
   dst_dir = inodes_.FindDir(new_parent);
@@ -313,9 +314,9 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
   ManifestBatch batch;
   const timespec now = clock_->Now();
   // Committed steps that move get new objects at their new keys.
-  auto moved_steps = CommittedStepsUnder(src);
+  auto moved_steps = CommittedStepsUnderLocked(src);
   if (dst && (flags & RENAME_EXCHANGE)) {
-    for (auto& m : CommittedStepsUnder(dst)) moved_steps.push_back(std::move(m));
+    for (auto& m : CommittedStepsUnderLocked(dst)) moved_steps.push_back(std::move(m));
   }
   // Cluster mode: a committed step is the cluster's, under its name: its
   // record, the other nodes' parts and copies, and their bucket objects
@@ -335,7 +336,7 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
       for (uint64_t x = parent; x != 0 && x != kRootIno; x = inodes_.Find(x) ? inodes_.Find(x)->rec.parent : 0) {
         if (x == dst->rec.ino) return Status::Error(EINVAL, "cannot move a directory below itself");
       }
-      WaitUntilNotCommitting(lock, dst->rec.ino);
+      WaitUntilNotCommittingLocked(lock, dst->rec.ino);
     }
     // Swap the two entries in place, keeping their readdir cookies.
     DentryRecord& a = (*src_dir)->children[name];
@@ -363,8 +364,8 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
     InodeTable::Put(*dst, &batch);
     InodeTable::Put(**src_dir, &batch);
     if (*dst_dir != *src_dir) InodeTable::Put(**dst_dir, &batch);
-    if (src->is_dir()) ReclassifyDir(src, &batch, &commit_src);
-    if (dst->is_dir()) ReclassifyDir(dst, &batch, &commit_dst);
+    if (src->is_dir()) ReclassifyDirLocked(src, &batch, &commit_src);
+    if (dst->is_dir()) ReclassifyDirLocked(dst, &batch, &commit_dst);
     if (src->is_dir()) DemoteNestedStepsLocked(src, &batch);
     if (dst->is_dir()) DemoteNestedStepsLocked(dst, &batch);
   } else {
@@ -373,24 +374,24 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
       if (src->is_dir() && !dst->is_dir()) return Status::Error(ENOTDIR, new_name + " is not a directory");
       if (!src->is_dir() && dst->is_dir()) return Status::Error(EISDIR, new_name + " is a directory");
       if (dst->is_dir()) {
-        WaitUntilNotCommitting(lock, dst->rec.ino);
+        WaitUntilNotCommittingLocked(lock, dst->rec.ino);
         if (!dst->children.empty()) return Status::Error(ENOTEMPTY, new_name + " is not empty");
       }
       inodes_.RemoveChild(*dst_dir, new_name, clock_->Now(), &batch);
-      DropLink(dst, &batch);
+      DropLinkLocked(dst, &batch);
     }
     inodes_.RemoveChild(*src_dir, name, clock_->Now(), &batch);
     inodes_.AddChild(*dst_dir, new_name, src, clock_->Now(), &batch);
     src->rec.ctime = now;
     InodeTable::Put(*src, &batch);
     if (src->is_dir()) {
-      ReclassifyDir(src, &batch, &commit_src);
+      ReclassifyDirLocked(src, &batch, &commit_src);
       DemoteNestedStepsLocked(src, &batch);
     }
   }
   NoteStepsMovedLocked(moved_steps, &batch);
-  NoteActivity(parent);
-  NoteActivity(new_parent);
+  NoteActivityLocked(parent);
+  NoteActivityLocked(new_parent);
   // The commits the rename asks for are recorded in its own batch.
   if (commit_src) RequestCommitLocked(src->rec.ino, CommitTrigger::kRename, &batch);
   if (commit_dst) RequestCommitLocked(dst->rec.ino, CommitTrigger::kRename, &batch);
@@ -404,7 +405,7 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
   if (src->is_reg() && src->open_writers > 0 && IsMarkerName(src->name)) {
     RecordClosedMarkerLocked(0, src, &batch);
   }
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   if (dst && !(flags & RENAME_EXCHANGE)) inodes_.ForgetIfUnused(dst->rec.ino);
   return Status::Ok();
 }
@@ -426,10 +427,10 @@ Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset,
     out.push_back(DirEntry{kControlDirName, kControlDirIno, S_IFDIR, 3});
   }
   // Offset 3 is the root's .ckptfs; no checkpoint lives in the root itself.
-  if (offset < 3 && out.size() < max && ino != kRootIno && ListsFullDir(d)) {
+  if (offset < 3 && out.size() < max && ino != kRootIno && ListsFullDirLocked(d)) {
     out.push_back(DirEntry{kFullDirName, kFullViewBit | (ino << kFullNodeBits), S_IFDIR, 3});
   }
-  if (offset < 4 && out.size() < max && options_.show_latest && VirtualLatestOf(ino) != 0) {
+  if (offset < 4 && out.size() < max && options_.show_latest && VirtualLatestOfLocked(ino) != 0) {
     out.push_back(DirEntry{kLatestName, kLatestBit | ino, S_IFLNK, 4});
   }
   const uint64_t after = offset < kFirstRealOffset ? 0 : offset - kFirstRealOffset;

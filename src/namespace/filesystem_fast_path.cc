@@ -169,7 +169,7 @@ Status FileSystem::FinishFastPath(FastPathFile* file, uint64_t size, uint32_t cr
   std::string mismatch;
   {
     MutexLock lock(&mu_);
-    CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+    CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
     Inode* inode = inodes_.Find(fh->ino);
     if (!inode) return Status::Error(ENOENT, "fast path: the file was removed");
     inode->rec.size = size;
@@ -185,9 +185,9 @@ Status FileSystem::FinishFastPath(FastPathFile* file, uint64_t size, uint32_t cr
     ManifestBatch batch;
     InodeTable::Put(*inode, &batch);
     if (inode->rec.nlink > 0) batch.Put(KeySpace::kChecksums, InoKey(fh->ino), EncodeChecksum(*inode->checksum));
-    NoteActivity(fh->ino);
+    NoteActivityLocked(fh->ino);
     // Synced: when the client's close returns, size and checksum are recorded.
-    CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
+    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, true));
     metrics_.writer_fastpath_bytes += size;
     metrics_.writer_fastpath_files++;
     if (*computed != crc32c) {
@@ -272,7 +272,8 @@ void FileSystem::ForgetChecksumLocked(Inode* inode, ManifestBatch* batch) {
   inode->checksum.reset();
 }
 
-std::optional<std::string> FileSystem::FastPathXattr(const Inode& inode, const std::string& name) const {
+std::optional<std::string> FileSystem::FastPathXattrLocked(const Inode& inode,
+                                                           const std::string& name) const {
   if (name == kWriterSocketXattr && inode.rec.ino == kRootIno && !writer_socket_.empty()) {
     return writer_socket_;
   }
@@ -285,9 +286,10 @@ std::optional<std::string> FileSystem::FastPathXattr(const Inode& inode, const s
   return std::nullopt;
 }
 
-void FileSystem::FastPathXattrNames(const Inode& inode, std::vector<std::string>* names) const {
+void FileSystem::FastPathXattrNamesLocked(const Inode& inode,
+                                          std::vector<std::string>* names) const {
   for (const char* n : {kWriterSocketXattr, kCrc32cXattr}) {
-    if (FastPathXattr(inode, n)) names->push_back(n);
+    if (FastPathXattrLocked(inode, n)) names->push_back(n);
   }
 }
 

@@ -39,7 +39,7 @@ class FsShardReader final : public ShardReader {
 
   Result<uint64_t> Size(const std::string& path) override {
     MutexLock lock(&fs_->mu_);
-    const uint64_t ino = fs_->ResolveRelative(dir_, path);
+    const uint64_t ino = fs_->ResolveRelativeLocked(dir_, path);
     Inode* inode = ino ? fs_->inodes_.Find(ino) : nullptr;
     if (!inode || !inode->is_reg()) return Status::Error(ENOENT, path + " does not exist");
     return inode->rec.size;
@@ -51,7 +51,7 @@ class FsShardReader final : public ShardReader {
       uint64_t ino = 0;
       {
         MutexLock lock(&fs_->mu_);
-        ino = fs_->ResolveRelative(dir_, path);
+        ino = fs_->ResolveRelativeLocked(dir_, path);
       }
       if (ino == 0) return Status::Error(ENOENT, path + " does not exist");
       Result<FileSystem::Opened> opened = fs_->OpenFile(ino, O_RDONLY);
@@ -68,7 +68,7 @@ class FsShardReader final : public ShardReader {
   std::map<std::string, FileHandle*> open_;
 };
 
-uint64_t FileSystem::ResolveRelative(uint64_t dir_ino, const std::string& path) {
+uint64_t FileSystem::ResolveRelativeLocked(uint64_t dir_ino, const std::string& path) {
   uint64_t ino = dir_ino;
   size_t start = 0;
   while (start <= path.size()) {
@@ -85,7 +85,7 @@ uint64_t FileSystem::ResolveRelative(uint64_t dir_ino, const std::string& path) 
   return ino;
 }
 
-bool FileSystem::ListsFullDir(Inode* dir) {
+bool FileSystem::ListsFullDirLocked(Inode* dir) {
   if (!options_.show_full || HasRealChild(dir, kFullDirName)) return false;
   const uint64_t step = steps_.StepOf(inodes_, dir->rec.ino);
   auto it = steps_.find(step);

@@ -26,7 +26,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
   // instead of a separate truncate, and Linux truncates even O_RDONLY opens.
   const bool truncate = (flags & O_TRUNC) != 0;
   const bool write = WantsWrite(flags) || truncate;
-  if (write) WaitUntilNotCommitting(lock, ino);
+  if (write) WaitUntilNotCommittingLocked(lock, ino);
   if (write) CKPTFS_RETURN_IF_ERROR(MakeLocalForWriteLocked(lock, ino));  // remote-only run-level files
   Inode* inode = inodes_.Find(ino);
   while (inode && inode->evicting) {
@@ -37,13 +37,13 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
   if (inode->is_dir()) return Status::Error(EISDIR, "is a directory");
   if (!inode->is_reg()) return Status::Error(EINVAL, "not a regular file");
   if (write) {
-    CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+    CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
     if (inode->rec.sealed) {
       return Status::Error(EROFS, "file belongs to a committed step and is read-only");
     }
     ManifestBatch batch;
     ForgetPendingCommitLocked(inode->rec.parent, &batch);
-    CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   }
   // A backing file lost in a crash before it was synced reads as empty.
   // Data only in the remote is fetched into a (sparse) backing file.
@@ -81,7 +81,7 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
       open_writers_total_++;
       last_save_activity_ns_ = clock_->MonotonicNanos();
     }
-    NoteActivity(ino);
+    NoteActivityLocked(ino);
   }
   // The kernel refuses keep_cache next to a backing id (the page cache is
   // the backing file's then).
@@ -92,19 +92,19 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
                                                                 const std::string& name,
                                                                 uint32_t mode, int flags, OpenFor for_whom) {
   MutexLock lock(&mu_);
-  auto dir = PrepareNewEntry(lock, parent, name);
+  auto dir = PrepareNewEntryLocked(lock, parent, name);
   if (!dir.ok()) return dir.status();
   // A new file is new data: refused within the manifest's reserve, as its
   // writes would be (directories and xattrs are not: they are metadata).
   CKPTFS_RETURN_IF_ERROR(reserve_->Admit(0));
   ManifestBatch batch;
   std::unique_ptr<BackingFile> file;
-  auto inode = NewInode(c, parent, name, S_IFREG | (mode & 07777), &batch, &file);
+  auto inode = NewInodeLocked(c, parent, name, S_IFREG | (mode & 07777), &batch, &file);
   if (!inode.ok()) return inode.status().Annotate("creating backing file");
   inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
-  NoteActivity(parent);
+  NoteActivityLocked(parent);
   ForgetPendingCommitLocked(parent, &batch);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   auto fh = std::make_unique<FileHandle>();
   fh->ino = (*inode)->rec.ino;
   fh->writable = WantsWrite(flags);
@@ -188,7 +188,7 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n, bool kil
   inode->rec.mtime = inode->rec.ctime = clock_->Now();
   if (kill_suidgid && inode->is_reg()) inode->rec.mode = ModeWithoutSetId(inode->rec.mode);
   inode->dirty = true;
-  NoteActivity(fh->ino);
+  NoteActivityLocked(fh->ino);
   if (fh->flushed) {
     // Written after a close() (through a dup of the descriptor): the file
     // is being written again, and recovery must not finish a commit of it.
@@ -196,7 +196,7 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n, bool kil
     inode->unflushed_writers++;
     ManifestBatch batch;
     ForgetPendingCommitLocked(inode->rec.parent, &batch);
-    if (!batch.empty()) (void)Apply(batch, false);
+    if (!batch.empty()) (void)ApplyLocked(batch, false);
   }
 }
 
@@ -222,7 +222,7 @@ Status FileSystem::Flush(FileHandle* fh) {
       if (inode->unflushed_writers > 0) inode->unflushed_writers--;
       if (IsMarkerName(inode->name)) RecordClosedMarkerLocked(fh->pid, inode, &batch);
     }
-    CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
     if (fh->writable) publish = ClusterStepOfLocked(fh->ino);
     if (!publish.empty()) closed = PartFileLocked(*inode, PathInStepLocked(fh->ino, publish));
   }
@@ -245,7 +245,7 @@ void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestB
   auto it = steps_.find(step);
   if (it == steps_.end() || it->second.state != StepState::kWriting) return;
   Inode* dir = inodes_.Find(step);
-  if (!dir || UnflushedWritersUnder(dir) > 0) return;
+  if (!dir || UnflushedWritersUnderLocked(dir) > 0) return;
   StepRecord& rec = it->second;
   uint8_t bits = rec.pending_commit | kPendingCommit;
   if (step == marker->rec.parent) bits |= kPendingCommitDirect;
@@ -303,7 +303,7 @@ Status FileSystem::SyncFileAndRecord(FileHandle* fh) {
   ManifestBatch batch;
   if (inode->rec.nlink > 0) InodeTable::Put(*inode, &batch);
   inode->dirty = false;
-  return Apply(batch, true);
+  return ApplyLocked(batch, true);
 }
 
 Status FileSystem::Release(FileHandle* fh) {
@@ -339,26 +339,26 @@ Status FileSystem::Release(FileHandle* fh) {
       for (const auto& [name, value] : inode->xattrs) {
         batch.Delete(KeySpace::kXattrs, XattrKey(fh->ino, name));
       }
-      Status st = Apply(batch, false);
+      Status st = ApplyLocked(batch, false);
       if (st.ok() && inode->is_reg()) (void)data_->Remove(fh->ino);
       inodes_.ForgetIfUnused(fh->ino);
       return st;
     }
-    return Apply(batch, false);
+    return ApplyLocked(batch, false);
   }
   if (inode->dirty) {
     InodeTable::Put(*inode, &batch);
     inode->dirty = false;
   }
   if (fh->writable) {
-    NoteActivity(fh->ino);
+    NoteActivityLocked(fh->ino);
     // Closed files of a step go up at once, before the step is committed.
     if (inode->open_writers == 0 && options_.remote && !inode->rec.sealed) {
       QueueUploadLocked(inode, &batch);
     }
     if (inode->open_writers == 0) NoteTriggerFileLocked(inode, fh->pid, &batch);
   }
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
 Status FileSystem::OpenDir(uint64_t ino) {
@@ -374,7 +374,7 @@ Status FileSystem::FsyncDir() {
   MutexLock lock(&mu_);
   ManifestBatch batch;
   batch.Put(KeySpace::kMeta, "fsyncdir_seq", std::to_string(++fsyncdir_seq_));
-  return Apply(batch, true);
+  return ApplyLocked(batch, true);
 }
 
 }  // namespace ckptfs

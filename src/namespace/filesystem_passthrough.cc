@@ -97,7 +97,7 @@ bool FileSystem::SyncFromBackingLocked(Inode* inode) {
   inode->rec.mtime = NanosToTimespec(now->mtime_ns);
   inode->rec.ctime = inode->rec.mtime;
   inode->dirty = true;
-  NoteActivity(inode->rec.ino);
+  NoteActivityLocked(inode->rec.ino);
   return true;
 }
 

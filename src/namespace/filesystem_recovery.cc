@@ -10,7 +10,7 @@
 
 namespace ckptfs {
 
-Status FileSystem::Load() {
+Status FileSystem::LoadLocked() {
   CKPTFS_RETURN_IF_ERROR(CheckFormatVersion(*manifest_));
   Status decode_error;
   CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kInodes, "", [&](std::string_view, std::string_view v) {
@@ -69,12 +69,12 @@ Status FileSystem::Load() {
     if (inodes_.Find(*ino)) steps_.Load(*ino, std::move(rec).value());
     return true;
   }));
-  if (decode_error.ok()) LoadTierState(&decode_error);
+  if (decode_error.ok()) LoadTierStateLocked(&decode_error);
   if (decode_error.ok()) LoadChecksums(&decode_error);
   return decode_error;
 }
 
-Status FileSystem::Recover() {
+Status FileSystem::RecoverLocked() {
   ManifestBatch batch;
   const timespec now = clock_->Now();
   // Same boot: only the daemon died, and every byte it (or a fast-path
@@ -179,7 +179,7 @@ Status FileSystem::Recover() {
   for (uint64_t run : runs) ApplyRetentionLocked(run, &batch);
   pending_invalidations_.clear();  // nothing is mounted yet
 
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, /*sync=*/true));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, /*sync=*/true));
   // Removals of orphans' data only after the manifest forgot them.
   for (uint64_t ino : orphans) (void)data_->Remove(ino);
   return data_->SyncDir();
@@ -203,7 +203,8 @@ void FileSystem::RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bo
     rt.explicit_commit = (rec->pending_commit & kPendingCommitExplicit) != 0;
     rt.session = rec->session;
     rt.recovered = true;
-    EmitStepEvent("recovered", step_ino, *rec, "finishing the commit asked for before the daemon stopped");
+    EmitStepEventLocked("recovered", step_ino, *rec,
+                        "finishing the commit asked for before the daemon stopped");
     return;
   }
   const bool forgot = rec->pending_commit != 0;
@@ -214,7 +215,7 @@ void FileSystem::RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bo
                                 "boot of the machine (unsynced data may be lost): not committed"
                               : "the daemon stopped before this step was committed",
                           batch);
-    EmitStepEvent("recovered", step_ino, *rec, rec->error);
+    EmitStepEventLocked("recovered", step_ino, *rec, rec->error);
     return;
   }
   rec->pending_commit = 0;

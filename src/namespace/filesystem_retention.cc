@@ -121,7 +121,7 @@ std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
     auto score = dir->xattrs.find("user.ckptfs.score");
     if (score != dir->xattrs.end()) f.score = ParseScore(score->second);
     const StepRuntime* rt = steps_.FindRuntime(dent.ino);
-    f.open_for_writing = OpenWritersUnder(dir) > 0 || (rt && rt->committing);
+    f.open_for_writing = OpenWritersUnderLocked(dir) > 0 || (rt && rt->committing);
     facts.push_back(f);
   }
   return PlanRetention(PolicyOf(run), facts, clock_->Now().tv_sec);
@@ -193,7 +193,7 @@ void FileSystem::RemoveStepLocked(uint64_t step_ino, const std::string& reason, 
   const std::string name = step->name;
   RemoveSubtreeLocked(step, batch);
   if (Inode* run = inodes_.Find(run_ino)) inodes_.RemoveChild(run, name, clock_->Now(), batch);
-  DropLink(step, batch);  // removes the step record too
+  DropLinkLocked(step, batch);  // removes the step record too
   inodes_.ForgetIfUnused(step_ino);
   pending_invalidations_.emplace_back(run_ino, name);
   metrics_.retention_removals++;
@@ -231,11 +231,12 @@ Result<size_t> FileSystem::CollectGarbage(size_t max) {
   MutexLock lock(&mu_);
   ManifestBatch batch;
   for (uint64_t ino : inos) batch.Delete(KeySpace::kGc, InoKey(ino));
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   return inos.size();
 }
 
-Status FileSystem::ValidateXattr(Inode* inode, const std::string& name, const std::string& value) {
+Status FileSystem::ValidateXattrLocked(Inode* inode, const std::string& name,
+                                       const std::string& value) {
   if (name.rfind(kRulePrefix, 0) != 0) return Status::Ok();
   const std::string rule = name.substr(std::string(kRulePrefix).size());
   Status st;

@@ -20,10 +20,10 @@ void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
   UnpersistStepLocked(step, inodes_.PathOf(step), batch);
   AnnounceClusterRemovalLocked(step, rec);
   steps_.MarkDeleting(step, batch);
-  EmitStepEvent("delete", step, rec);
+  EmitStepEventLocked("delete", step, rec);
 }
 
-uint64_t FileSystem::VirtualLatestOf(uint64_t run_ino) {
+uint64_t FileSystem::VirtualLatestOfLocked(uint64_t run_ino) {
   Inode* run = inodes_.Find(run_ino);
   if (!run || !run->is_dir() || HasRealChild(run, kLatestName)) return 0;
   if (auto it = run->xattrs.find(kLatestLinkXattr); it != run->xattrs.end() && it->second == "off") return 0;
@@ -42,7 +42,7 @@ uint64_t FileSystem::VirtualLatestOf(uint64_t run_ino) {
   return step;
 }
 
-void FileSystem::ReclassifyDir(Inode* dir, ManifestBatch* batch, bool* commit_now) {
+void FileSystem::ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool* commit_now) {
   const uint64_t ino = dir->rec.ino;
   std::optional<int64_t> number;
   if (ino != kRootIno && steps_.StepOf(inodes_, dir->rec.parent) == 0) number = pattern_.Match(dir->name);
@@ -73,7 +73,7 @@ void FileSystem::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
   }
 }
 
-void FileSystem::NoteActivity(uint64_t ino) {
+void FileSystem::NoteActivityLocked(uint64_t ino) {
   const uint64_t step = steps_.StepOf(inodes_, ino);
   if (step != 0) steps_.Runtime(step).last_activity = clock_->MonotonicNanos();
 }
@@ -133,7 +133,7 @@ void FileSystem::RecordPendingCommitLocked(uint64_t step_ino, ManifestBatch* bat
   StepRecord& rec = it->second;
   if (rec.pending_commit == bits && rec.session == rt.session) return;
   Inode* dir = inodes_.Find(step_ino);
-  if (!dir || UnflushedWritersUnder(dir) > 0) return;  // the last close records it
+  if (!dir || UnflushedWritersUnderLocked(dir) > 0) return;  // the last close records it
   rec.pending_commit = bits;
   rec.session = rt.session;
   // In the operation's batch, which is not synced: a daemon crash keeps
@@ -224,43 +224,43 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
       }
     }
   }
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
-uint32_t FileSystem::OpenWritersUnder(Inode* dir) {
+uint32_t FileSystem::OpenWritersUnderLocked(Inode* dir) {
   uint32_t n = 0;
   for (const auto& [name, dent] : dir->children) {
     Inode* child = inodes_.Find(dent.ino);
     if (!child) continue;
     n += child->open_writers;
-    if (child->is_dir()) n += OpenWritersUnder(child);
+    if (child->is_dir()) n += OpenWritersUnderLocked(child);
   }
   return n;
 }
 
-uint32_t FileSystem::UnflushedWritersUnder(Inode* dir) {
+uint32_t FileSystem::UnflushedWritersUnderLocked(Inode* dir) {
   uint32_t n = 0;
   for (const auto& [name, dent] : dir->children) {
     Inode* child = inodes_.Find(dent.ino);
     if (!child) continue;
     n += child->unflushed_writers;
-    if (child->is_dir()) n += UnflushedWritersUnder(child);
+    if (child->is_dir()) n += UnflushedWritersUnderLocked(child);
   }
   return n;
 }
 
-void FileSystem::CollectFiles(Inode* dir, const std::string& prefix,
-                              std::vector<std::pair<std::string, uint64_t>>* out) {
+void FileSystem::CollectFilesLocked(Inode* dir, const std::string& prefix,
+                                    std::vector<std::pair<std::string, uint64_t>>* out) {
   for (const auto& [name, dent] : dir->children) {
     Inode* child = inodes_.Find(dent.ino);
     if (!child) continue;
     const std::string rel = prefix.empty() ? name : prefix + "/" + name;
     if (child->is_reg()) out->emplace_back(rel, dent.ino);
-    if (child->is_dir()) CollectFiles(child, rel, out);
+    if (child->is_dir()) CollectFilesLocked(child, rel, out);
   }
 }
 
-void FileSystem::WaitUntilNotCommitting(MutexLock& lock, uint64_t dir_ino) {
+void FileSystem::WaitUntilNotCommittingLocked(MutexLock& lock, uint64_t dir_ino) {
   for (;;) {
     const uint64_t step = steps_.StepOf(inodes_, dir_ino);
     if (step == 0) return;
@@ -270,8 +270,8 @@ void FileSystem::WaitUntilNotCommitting(MutexLock& lock, uint64_t dir_ino) {
   }
 }
 
-void FileSystem::EmitStepEvent(const char* event, uint64_t step_ino, const StepRecord& rec,
-                               const std::string& detail) {
+void FileSystem::EmitStepEventLocked(const char* event, uint64_t step_ino, const StepRecord& rec,
+                                     const std::string& detail) {
   nlohmann::json e = {{"event", event},
                       {"path", inodes_.PathOf(step_ino)},
                       {"step", rec.step},
@@ -294,7 +294,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   if (rt.committing) return Status::Error(EALREADY, "commit in progress");
   Inode* dir = inodes_.Find(step_ino);
   if (!dir) return Status::Error(EALREADY, "step vanished");
-  const uint32_t writers = OpenWritersUnder(dir);
+  const uint32_t writers = OpenWritersUnderLocked(dir);
   if (writers > 0) {
     if (clock_->MonotonicNanos() - rt.wanted_since > options_.commit_wait_ns) {
       rt.EndRequest();
@@ -303,7 +303,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
                          " file(s) still open for writing";
       rt.outcome_gen++;
       step_cv_.notify_all();
-      EmitStepEvent("commit_failed", step_ino, it->second, it->second.error);
+      EmitStepEventLocked("commit_failed", step_ino, it->second, it->second.error);
       return Status::Error(ETIMEDOUT, it->second.error);
     }
     it->second.error = "waiting for " + std::to_string(writers) + " file(s) open for writing";
@@ -311,7 +311,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   }
   ManifestBatch pending;
   RecordPendingCommitLocked(step_ino, &pending);
-  if (!pending.empty()) (void)Apply(pending, false);  // a failure is kept and retried
+  if (!pending.empty()) (void)ApplyLocked(pending, false);  // a failure is kept and retried
   rt.committing = true;
   CommitPlan plan;
   plan.step_ino = step_ino;
@@ -325,7 +325,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   plan.quiet_ns = plan.began_ns - rt.last_activity;
   plan.settle_ns = options_.commit_settle_ns;
   std::vector<std::pair<std::string, uint64_t>> files;
-  CollectFiles(dir, "", &files);
+  CollectFilesLocked(dir, "", &files);
   for (auto& [path, ino] : files) {
     const Inode* inode = inodes_.Find(ino);
     const bool around = inode->checksum && inode->checksum->backing_inode != 0;
@@ -373,17 +373,17 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
     }
     StepBook::Put(step_ino, rec, &batch);
   }
-  (void)Apply(batch, false);
+  (void)ApplyLocked(batch, false);
   if (gave_up_after_crash) {
-    EmitStepEvent("recovered", step_ino, rec, rec.error);
+    EmitStepEventLocked("recovered", step_ino, rec, rec.error);
   } else if (broken) {
     metrics_.steps_broken++;
-    EmitStepEvent("broken", step_ino, rec, rec.error);
+    EmitStepEventLocked("broken", step_ino, rec, rec.error);
   } else if (!waiting || cluster_gave_up) {
     metrics_.commits_failed++;
-    EmitStepEvent("commit_failed", step_ino, rec, rec.error);
+    EmitStepEventLocked("commit_failed", step_ino, rec, rec.error);
   } else if (old_error != rec.error) {
-    EmitStepEvent("commit_waiting", step_ino, rec, rec.error);
+    EmitStepEventLocked("commit_waiting", step_ino, rec, rec.error);
   }
 }
 
@@ -399,7 +399,7 @@ void FileSystem::DropCommitRequest(uint64_t step_ino) {
       it->second.pending_commit = 0;
       ManifestBatch batch;
       StepBook::Put(step_ino, it->second, &batch);
-      (void)Apply(batch, false);
+      (void)ApplyLocked(batch, false);
     }
   } else if (request_commit_) {
     // A direct trigger (ckptfs commit, an index file) arrived meanwhile.
@@ -419,7 +419,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   }
   // A manifest that cannot be written refuses the commit before the image
   // changes (the step stays writing; the commit is asked for again later).
-  if (Status health = CheckHealthy(); !health.ok()) {
+  if (Status health = CheckHealthyLocked(); !health.ok()) {
     rt.committing = false;
     step_cv_.notify_all();
     return health;
@@ -464,7 +464,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   const size_t before_retention = batch.size();
   if (Inode* step_dir = inodes_.Find(plan.step_ino)) ApplyRetentionLocked(step_dir->rec.parent, &batch);
   // The one synced batch: before it the step is not committed, after it it is.
-  Status st = Apply(batch, /*sync=*/true, /*keep_on_failure=*/false);
+  Status st = ApplyLocked(batch, /*sync=*/true, /*keep_on_failure=*/false);
   // Steps the retention took out of the image are not put back: only a
   // restart (which reloads the manifest, where they still are) brings them.
   if (!st.ok() && batch.size() != before_retention) journal_.MarkDiverged();
@@ -514,10 +514,10 @@ void FileSystem::RequestIdleCommits() {
     if (rt.commit_wanted || rt.committing) continue;
     if (now - rt.last_activity < options_.commit_idle_ns) continue;
     Inode* dir = inodes_.Find(ino);
-    if (!dir || OpenWritersUnder(dir) > 0) continue;
+    if (!dir || OpenWritersUnderLocked(dir) > 0) continue;
     ManifestBatch batch;
     RequestCommitLocked(ino, CommitTrigger::kIdle, &batch);
-    (void)Apply(batch, false);  // a failure is kept and retried
+    (void)ApplyLocked(batch, false);  // a failure is kept and retried
   }
 }
 
@@ -529,7 +529,7 @@ void FileSystem::RequestSettledCommits() {
     if (now - rt.last_activity < options_.commit_settle_ns) continue;
     ManifestBatch batch;
     RequestCommitLocked(ino, CommitTrigger::kRetry, &batch);
-    (void)Apply(batch, false);  // a failure is kept and retried
+    (void)ApplyLocked(batch, false);  // a failure is kept and retried
   }
 }
 
@@ -545,7 +545,7 @@ void FileSystem::RequestCommit(uint64_t step_ino) {
   MutexLock lock(&mu_);
   ManifestBatch batch;
   RequestCommitLocked(step_ino, CommitTrigger::kExplicit, &batch);
-  (void)Apply(batch, false);  // a failure is kept and retried
+  (void)ApplyLocked(batch, false);  // a failure is kept and retried
 }
 
 Status FileSystem::CommitAndWait(uint64_t step_ino) {
@@ -558,7 +558,7 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
   const uint64_t gen = steps_.Runtime(step_ino).outcome_gen;
   ManifestBatch batch;
   RequestCommitLocked(step_ino, CommitTrigger::kExplicit, &batch);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   // Waits for the first attempt only. This runs inside the setxattr, which
   // holds the step directory's inode lock in the kernel: waiting longer
   // would block the very creates (a late shard, a straggler rank) the

@@ -54,7 +54,7 @@ bool InProgress(const StepRecord& rec) {
 
 }  // namespace
 
-Status FileSystem::CheckNotReserved(uint64_t parent, const std::string& name) const {
+Status FileSystem::CheckNotReservedLocked(uint64_t parent, const std::string& name) const {
   // The commit object's key is <step>/.ckptfs-commit.json: a file of that
   // name directly in a step would be overwritten by it in the remote, and
   // one directly in a run directory (uploaded as a run-level file) would
@@ -142,7 +142,7 @@ std::set<std::string> FileSystem::RunsWithReadyRunFilesLocked() {
 }
 
 bool FileSystem::RunFileWillReplaceLocked(const std::string& key) {
-  const uint64_t ino = ResolveRelative(kRootIno, key);
+  const uint64_t ino = ResolveRelativeLocked(kRootIno, key);
   Inode* inode = ino ? inodes_.Find(ino) : nullptr;
   // Closed or not: a run-level file that is not up to date at its path is
   // queued at its close or by the next QueueRunFileUploads.
@@ -154,7 +154,7 @@ void FileSystem::SetTierHooks(TierHooks* hooks) {
   tier_ = hooks;
 }
 
-void FileSystem::LoadTierState(Status* decode_error) {
+void FileSystem::LoadTierStateLocked(Status* decode_error) {
   Status st = manifest_->Scan(KeySpace::kObjects, "", [&](std::string_view k, std::string_view v) {
     mu_.AssertHeld();  // runs inside this call, under the lock
     auto ino = DecodeInoKey(k);
@@ -236,7 +236,7 @@ void FileSystem::UnpersistStepLocked(uint64_t step_ino, const std::string& old_p
   steps_.SetPersisted(step_ino, false, batch);
 }
 
-std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnder(Inode* dir) {
+std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnderLocked(Inode* dir) {
   std::vector<std::pair<uint64_t, std::string>> out;
   if (!options_.remote || !dir->is_dir()) return out;
   std::vector<Inode*> todo = {dir};
@@ -264,7 +264,7 @@ void FileSystem::NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std:
     // Objects sit at natural keys: the files go up again under the new
     // path; their old objects are deleted once the new ones exist.
     std::vector<std::pair<std::string, uint64_t>> files;
-    if (Inode* dir = inodes_.Find(step_ino)) CollectFiles(dir, "", &files);
+    if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, "", &files);
     for (const auto& [rel, ino] : files) QueueUploadLocked(inodes_.Find(ino), batch);
   }
 }
@@ -304,7 +304,7 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
     out.push_back(std::move(job));
   }
   for (uint64_t ino : gone) ledger_.Dequeue(ino, &drop);
-  (void)Apply(drop, false);
+  (void)ApplyLocked(drop, false);
   return out;
 }
 
@@ -316,7 +316,7 @@ Status FileSystem::NoteMultipartStarted(const UploadJob& job, const std::string&
   rec->upload_key = job.key;
   ManifestBatch batch;
   ledger_.PutUpload(job.ino, &batch);
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
 void FileSystem::ClaimKey(const std::string& key) {
@@ -325,7 +325,7 @@ void FileSystem::ClaimKey(const std::string& key) {
   ManifestBatch batch;
   batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, false));
   batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, true));
-  (void)Apply(batch, false);
+  (void)ApplyLocked(batch, false);
 }
 
 void FileSystem::ReleaseKey(const std::string& key) {
@@ -342,7 +342,7 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
   if (!inode || inode->rec.nlink == 0 || !inode->is_reg()) {
     // Deleted while it was uploading: the object is garbage already.
     QueueRemoteDeleteLocked(job.key, false, &batch);
-    return Apply(batch, false);
+    return ApplyLocked(batch, false);
   }
   const std::string path = inodes_.PathOf(job.ino);
   if (path != job.key || !SameVersion(*inode, job.size, job.mtime_ns)) {
@@ -350,7 +350,7 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
     // an old path is nobody's.
     if (path != job.key) QueueRemoteDeleteLocked(job.key, false, &batch);
     if (!ledger_.IsQueued(job.ino)) QueueUploadLocked(inode, &batch);
-    return Apply(batch, false);
+    return ApplyLocked(batch, false);
   }
   if (inode->checksum && inode->checksum->size == job.size && inode->checksum->mtime_ns == job.mtime_ns &&
       inode->checksum->crc32c != crc32c) {
@@ -387,17 +387,18 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
   if (cluster_) {
     if (const uint64_t step = steps_.StepOf(inodes_, job.ino)) cluster_->PartUploadsChanged(inodes_.PathOf(step));
   }
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
-void FileSystem::CollectTree(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete) {
+void FileSystem::CollectTreeLocked(Inode* dir, const std::string& prefix, CommitObject* obj,
+                                   bool* complete) {
   for (const auto& [name, dent] : dir->children) {
     Inode* child = inodes_.Find(dent.ino);
     if (!child) continue;
     const std::string rel = prefix.empty() ? name : prefix + "/" + name;
     if (child->is_dir()) {
       obj->dirs.push_back(rel);
-      CollectTree(child, rel, obj, complete);
+      CollectTreeLocked(child, rel, obj, complete);
     } else if (child->is_symlink()) {
       obj->symlinks.push_back({rel, child->rec.symlink_target});
     } else if (child->is_reg()) {
@@ -416,7 +417,7 @@ void FileSystem::CollectTree(Inode* dir, const std::string& prefix, CommitObject
         if (!ledger_.IsQueued(child->rec.ino)) {
           ManifestBatch batch;
           QueueUploadLocked(child, &batch);
-          (void)Apply(batch, false);
+          (void)ApplyLocked(batch, false);
         }
         continue;
       }
@@ -453,7 +454,7 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
     obj.dir_mtime_ns = TimespecToNanos(dir->rec.mtime);
     obj.ephemeral = rec.ephemeral;
     bool complete = true;
-    CollectTree(dir, "", &obj, &complete);
+    CollectTreeLocked(dir, "", &obj, &complete);
     if (!complete) continue;
     out.push_back(PersistJob{ino, CommitObjectKey(obj.step_path), EncodeCommitObject(obj)});
   }
@@ -470,11 +471,11 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
     // Removed, renamed or being deleted while the object was written: it
     // must not make a step look complete.
     QueueRemoteDeleteLocked(job.key, true, &batch);
-    return Apply(batch, false);
+    return ApplyLocked(batch, false);
   }
   steps_.SetPersisted(job.step_ino, true, &batch);
   const StepRecord rec = it->second;
-  EmitStepEvent("persisted", job.step_ino, rec);
+  EmitStepEventLocked("persisted", job.step_ino, rec);
   // Cluster mode: the other nodes learn it from the bucket's step index.
   if (cluster_ && !rec.committer.empty()) cluster_->StepPersisted(inodes_.PathOf(job.step_ino));
   // Run-level files waiting for this step may go now.
@@ -487,7 +488,7 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
     ApplyRetentionLocked(dir->rec.parent, &batch);
     retention_by_committer_ = false;
   }
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
 Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
@@ -525,7 +526,7 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
       break;
     }
   }
-  CKPTFS_RETURN_IF_ERROR(Apply(drop, false));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(drop, false));
   return out;
 }
 
@@ -533,7 +534,7 @@ Status FileSystem::RemoteDeletionsDone(const RemoteGcBatch& done) {
   MutexLock lock(&mu_);
   ManifestBatch batch;
   for (const auto& key : done.keys) batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, done.commit_objects));
-  return Apply(batch, false);
+  return ApplyLocked(batch, false);
 }
 
 size_t FileSystem::RemoteDeletionsQueued() {
@@ -556,7 +557,7 @@ std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidatesLocked(
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || !rec.persisted) continue;
     std::vector<std::pair<std::string, uint64_t>> files;
-    if (Inode* dir = inodes_.Find(ino)) CollectFiles(dir, "", &files);
+    if (Inode* dir = inodes_.Find(ino)) CollectFilesLocked(dir, "", &files);
     for (const auto& [rel, file_ino] : files) {
       Inode* f = inodes_.Find(file_ino);
       if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) continue;
@@ -587,7 +588,7 @@ Status FileSystem::Evict(uint64_t ino) {
     ObjectRecord rec = *f->object;
     rec.resident = false;
     batch.Put(KeySpace::kObjects, InoKey(ino), EncodeObject(rec));
-    CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
+    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, true));
     f->object = rec;
     f->evicting = true;
     if (tier_) tier_->Forget(ino);
@@ -608,7 +609,7 @@ Status FileSystem::MarkResident(uint64_t ino, BackingFile* file) {
   rec.resident = true;
   ManifestBatch batch;
   batch.Put(KeySpace::kObjects, InoKey(ino), EncodeObject(rec));
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, false));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
   f->object = rec;
   return Status::Ok();
 }
@@ -647,7 +648,7 @@ std::set<std::string> FileSystem::StepPathsBeingDeleted() {
 
 Status FileSystem::ImportStep(const CommitObject& obj) {
   MutexLock lock(&mu_);
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   Inode* root = inodes_.Find(kRootIno);
   const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
   // Split the step path; every component must be a valid name.
@@ -695,7 +696,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
       dir = child;
       continue;
     }
-    auto made = NewInode(owner, dir->rec.ino, parts[i], S_IFDIR | 0755, &batch);
+    auto made = NewInodeLocked(owner, dir->rec.ino, parts[i], S_IFDIR | 0755, &batch);
     if (!made.ok()) return made.status();
     inodes_.AddChild(dir, parts[i], *made, clock_->Now(), &batch);
     InodeTable::Put(*dir, &batch);
@@ -703,7 +704,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   }
   const std::string& name = parts.back();
   if (dir->children.count(name)) return Status::Error(EEXIST, obj.step_path + " exists");
-  auto step_dir = NewInode(owner, dir->rec.ino, name, S_IFDIR | 0755, &batch);
+  auto step_dir = NewInodeLocked(owner, dir->rec.ino, name, S_IFDIR | 0755, &batch);
   if (!step_dir.ok()) return step_dir.status();
   inodes_.AddChild(dir, name, *step_dir, clock_->Now(), &batch);
   InodeTable::Put(*dir, &batch);
@@ -724,7 +725,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
       auto it = at->children.find(part);
       Inode* next = it == at->children.end() ? nullptr : inodes_.Find(it->second.ino);
       if (!next) {
-        auto made = NewInode(owner, at->rec.ino, part, S_IFDIR | 0755, &batch);
+        auto made = NewInodeLocked(owner, at->rec.ino, part, S_IFDIR | 0755, &batch);
         if (!made.ok()) return made.status();
         inodes_.AddChild(at, part, *made, clock_->Now(), &batch);
         InodeTable::Put(*at, &batch);
@@ -750,7 +751,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     auto parent = parent_of(f.path, &leaf);
     if (!parent.ok()) return (parent.status());
     if ((*parent)->children.count(leaf)) return (Status::Error(EIO, "duplicate " + f.path));
-    auto file = NewInode(owner, (*parent)->rec.ino, leaf, S_IFREG | (f.mode & 07777), &batch);
+    auto file = NewInodeLocked(owner, (*parent)->rec.ino, leaf, S_IFREG | (f.mode & 07777), &batch);
     if (!file.ok()) return (file.status());
     Inode* inode = *file;
     inode->rec.size = f.size;
@@ -779,7 +780,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     auto parent = parent_of(s.path, &leaf);
     if (!parent.ok()) return (parent.status());
     if ((*parent)->children.count(leaf)) return (Status::Error(EIO, "duplicate " + s.path));
-    auto link = NewInode(owner, (*parent)->rec.ino, leaf, S_IFLNK | 0777, &batch);
+    auto link = NewInodeLocked(owner, (*parent)->rec.ino, leaf, S_IFLNK | 0777, &batch);
     if (!link.ok()) return (link.status());
     (*link)->rec.symlink_target = s.target;
     (*link)->rec.sealed = true;
@@ -813,9 +814,9 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   facts.persisted = true;
   const StepRecord rec =
       steps_.AddCommitted(step_ino, *pattern_.Match(name), facts, clock_->MonotonicNanos(), &batch);
-  CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
+  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, true));
   CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
-  EmitStepEvent("import", step_ino, rec);
+  EmitStepEventLocked("import", step_ino, rec);
   return Status::Ok();
 }
 
@@ -842,12 +843,12 @@ void FileSystem::QueueRunFileUploads() {
       if (!ObjectIsCurrent(*file, ChildKey(base, name))) QueueUploadLocked(file, &batch);
     }
   }
-  (void)Apply(batch, false);
+  (void)ApplyLocked(batch, false);
 }
 
 Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objects) {
   MutexLock lock(&mu_);
-  CKPTFS_RETURN_IF_ERROR(CheckHealthy());
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   Inode* root = inodes_.Find(kRootIno);
   const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
   ManifestBatch batch;
@@ -857,7 +858,8 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
     const std::string dir_path = ParentPath(obj.key);
     const std::string name = dir_path.empty() ? obj.key : obj.key.substr(dir_path.size() + 1);
     if (!CheckName(name).ok() || IsCkptfsName(name)) continue;
-    const uint64_t dir_ino = dir_path.empty() ? kRootIno : ResolveRelative(kRootIno, dir_path);
+    const uint64_t dir_ino =
+        dir_path.empty() ? kRootIno : ResolveRelativeLocked(kRootIno, dir_path);
     Inode* dir = dir_ino ? inodes_.Find(dir_ino) : nullptr;
     if (!dir || !HoldsStepLocked(*dir) || steps_.StepOf(inodes_, dir_ino) != 0) continue;
     if (dir->children.count(name)) continue;   // local wins
@@ -868,7 +870,7 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
       break;
     }
     if (queued->has_value()) continue;  // deleted here; the remote deletion is pending
-    auto made = NewInode(owner, dir_ino, name, S_IFREG | 0644, &batch);
+    auto made = NewInodeLocked(owner, dir_ino, name, S_IFREG | 0644, &batch);
     if (!made.ok()) {
       failed = made.status();
       break;
@@ -889,7 +891,7 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
     imported++;
   }
   if (imported > 0) {
-    CKPTFS_RETURN_IF_ERROR(Apply(batch, true));
+    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, true));
     CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
   }
   if (!failed.ok()) return failed;
@@ -930,7 +932,7 @@ Status FileSystem::MakeLocalForWriteLocked(MutexLock& lock, uint64_t ino) NO_THR
 FileSystem::UploadProgress FileSystem::ProgressLocked(uint64_t step_ino) {
   UploadProgress p;
   std::vector<std::pair<std::string, uint64_t>> files;
-  if (Inode* dir = inodes_.Find(step_ino)) CollectFiles(dir, "", &files);
+  if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, "", &files);
   const std::string base = inodes_.PathOf(step_ino);
   for (const auto& [rel, ino] : files) {
     Inode* f = inodes_.Find(ino);

@@ -21,7 +21,7 @@
 
 namespace ckptfs {
 
-Result<Entry> FileSystem::LookupVirtual(uint64_t parent, const std::string& name) {
+Result<Entry> FileSystem::LookupVirtualLocked(uint64_t parent, const std::string& name) {
   uint64_t ino = 0;
   if (parent == kRootIno && name == kControlDirName) {
     ino = kControlDirIno;
@@ -31,12 +31,12 @@ Result<Entry> FileSystem::LookupVirtual(uint64_t parent, const std::string& name
     ino = kEventsFileIno;
   } else if (parent == kControlDirIno && name == "metrics") {
     ino = kMetricsFileIno;
-  } else if (IsRealIno(parent) && name == kLatestName && VirtualLatestOf(parent) != 0) {
+  } else if (IsRealIno(parent) && name == kLatestName && VirtualLatestOfLocked(parent) != 0) {
     ino = kLatestBit | parent;
   } else {
     return Status::Error(ENOENT, name + " does not exist");
   }
-  auto attr = GetAttrVirtual(ino);
+  auto attr = GetAttrVirtualLocked(ino);
   if (!attr.ok()) return attr.status();
   Entry e;
   e.ino = ino;
@@ -46,7 +46,7 @@ Result<Entry> FileSystem::LookupVirtual(uint64_t parent, const std::string& name
   return e;
 }
 
-Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
+Result<Attr> FileSystem::GetAttrVirtualLocked(uint64_t ino) {
   struct stat st {};
   st.st_ino = ino;
   st.st_nlink = 1;
@@ -57,10 +57,10 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
     st.st_nlink = 2;
   } else if (ino == kStatusFileIno || ino == kEventsFileIno || ino == kMetricsFileIno) {
     st.st_mode = S_IFREG | 0444;
-    st.st_size = static_cast<off_t>(RenderControlFile(ino).size());
+    st.st_size = static_cast<off_t>(RenderControlFileLocked(ino).size());
     st.st_mtim = st.st_ctim = clock_->Now();
   } else if ((ino & kLatestBit) && !(ino & kVirtualBit)) {
-    const uint64_t step = VirtualLatestOf(ino & ~kLatestBit);
+    const uint64_t step = VirtualLatestOfLocked(ino & ~kLatestBit);
     if (step == 0) return Status::Error(ENOENT, "no committed step");
     Inode* target = inodes_.Find(step);
     st.st_mode = S_IFLNK | 0444;
@@ -78,10 +78,10 @@ Result<Attr> FileSystem::GetAttrVirtual(uint64_t ino) {
   return Attr{st, 0};
 }
 
-std::pair<uint64_t, uint64_t> FileSystem::CurrentSize(uint64_t step_ino) {
+std::pair<uint64_t, uint64_t> FileSystem::CurrentSizeLocked(uint64_t step_ino) {
   SyncPassthroughWritersLocked();  // user.ckptfs.bytes counts what the kernel wrote
   std::vector<std::pair<std::string, uint64_t>> files;
-  if (Inode* dir = inodes_.Find(step_ino)) CollectFiles(dir, "", &files);
+  if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, "", &files);
   uint64_t bytes = 0;
   for (const auto& f : files) bytes += inodes_.Find(f.second)->rec.size;
   return {bytes, files.size()};
@@ -121,7 +121,7 @@ bool FileSystem::MayLookUpPathLocked(const std::string& path, const Caller& who)
 // Events are filtered line by line: one that names a path is shown when the
 // caller could look that path up; one that names none is shown only when
 // its kind says nothing about paths (remote errors quote object keys).
-std::string FileSystem::RenderEventsFor(const Caller& who) {
+std::string FileSystem::RenderEventsForLocked(const Caller& who) {
   static const std::set<std::string> kPathFree = {"mount", "unmount", "remote_ok", "import_done"};
   std::string out;
   std::istringstream lines(events_->Render());
@@ -140,9 +140,9 @@ std::string FileSystem::RenderEventsFor(const Caller& who) {
   return out;
 }
 
-std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
+std::string FileSystem::RenderControlFileLocked(uint64_t ino, const Caller* who) {
   const bool everything = SeesEverything(who);
-  if (ino == kEventsFileIno) return everything ? events_->Render() : RenderEventsFor(*who);
+  if (ino == kEventsFileIno) return everything ? events_->Render() : RenderEventsForLocked(*who);
   if (ino == kMetricsFileIno) return RenderMetricsLocked();
   std::vector<StatusStep> steps;
   for (const auto& [step_ino, rec] : steps_) {
@@ -151,7 +151,7 @@ std::string FileSystem::RenderControlFile(uint64_t ino, const Caller* who) {
     StatusStep s{.path = inodes_.PathOf(step_ino), .rec = rec};
     if (rec.state != StepState::kCommitted) {
       // Not frozen yet: what is there now, as the step's xattrs show it.
-      std::tie(s.rec.bytes, s.rec.files) = CurrentSize(step_ino);
+      std::tie(s.rec.bytes, s.rec.files) = CurrentSizeLocked(step_ino);
     }
     if (options_.remote && rec.state == StepState::kCommitted) {
       const UploadProgress p = ProgressLocked(step_ino);
@@ -200,14 +200,14 @@ Holdings FileSystem::HoldingsLocked() {
       h.committed_bytes += rec.bytes;
       if (rec.persisted) h.persisted_bytes += rec.bytes;
     } else if (rec.state == StepState::kWriting) {
-      h.writing_bytes += CurrentSize(step_ino).first;
+      h.writing_bytes += CurrentSizeLocked(step_ino).first;
     }
   }
   for (const EvictionCandidate& c : EvictionCandidatesLocked()) h.evictable_bytes += c.bytes;
   return h;
 }
 
-std::optional<std::string> FileSystem::StepXattr(uint64_t ino, const std::string& name) {
+std::optional<std::string> FileSystem::StepXattrLocked(uint64_t ino, const std::string& name) {
   auto it = steps_.find(ino);
   if (it == steps_.end() || name.rfind("user.ckptfs.", 0) != 0) return std::nullopt;
   const StepRecord& rec = it->second;
@@ -221,7 +221,7 @@ std::optional<std::string> FileSystem::StepXattr(uint64_t ino, const std::string
   if (key == "bytes" || key == "files") {
     if (rec.state == StepState::kCommitted) return std::to_string(key == "bytes" ? rec.bytes : rec.files);
     // Before commit: what is there now.
-    const auto [bytes, files] = CurrentSize(ino);
+    const auto [bytes, files] = CurrentSizeLocked(ino);
     return std::to_string(key == "bytes" ? bytes : files);
   }
   if (key == "committed_at") {
@@ -247,12 +247,12 @@ class FileSystem::ControlNodes final : public VirtualNodes {
 
   Result<Entry> Lookup(uint64_t parent, const std::string& name) override {
     MutexLock lock(&fs_->mu_);
-    return fs_->LookupVirtual(parent, name);
+    return fs_->LookupVirtualLocked(parent, name);
   }
 
   Result<Attr> GetAttr(uint64_t ino) override {
     MutexLock lock(&fs_->mu_);
-    return fs_->GetAttrVirtual(ino);
+    return fs_->GetAttrVirtualLocked(ino);
   }
 
   Result<std::vector<DirEntry>> Readdir(uint64_t ino, uint64_t offset, size_t max) override {
@@ -286,7 +286,7 @@ class FileSystem::ControlNodes final : public VirtualNodes {
     {
       // Rendered once at open: a reader sees one consistent snapshot.
       MutexLock lock(&fs_->mu_);
-      fh->content = fs_->RenderControlFile(ino, who);
+      fh->content = fs_->RenderControlFileLocked(ino, who);
     }
     return Opened{fh.release(), false, true};
   }

@@ -16,7 +16,7 @@ constexpr int kMaxPartNumber = 10000;
 
 }  // namespace
 
-Status MemoryObjectStore::InjectedFault() {
+Status MemoryObjectStore::InjectedFaultLocked() {
   if (unavailable_) return Status::Error(EHOSTUNREACH, Describe() + ": unavailable (injected)");
   if (fail_next_ > 0) {
     fail_next_--;
@@ -25,7 +25,8 @@ Status MemoryObjectStore::InjectedFault() {
   return Status::Ok();
 }
 
-Result<std::string> MemoryObjectStore::Receive(const std::string& what, const std::string& data) {
+Result<std::string> MemoryObjectStore::ReceiveLocked(const std::string& what,
+                                                     const std::string& data) {
   if (corrupt_next_ <= 0 || data.empty()) return data;
   corrupt_next_--;
   // The CRC32C the sender computed (and S3's client sends) before the flip.
@@ -41,8 +42,8 @@ Result<std::string> MemoryObjectStore::Receive(const std::string& what, const st
   return arrived;
 }
 
-Result<MemoryObjectStore::Upload*> MemoryObjectStore::FindUpload(const std::string& key,
-                                                                 const std::string& upload_id) {
+Result<MemoryObjectStore::Upload*> MemoryObjectStore::FindUploadLocked(
+    const std::string& key, const std::string& upload_id) {
   auto it = uploads_.find(upload_id);
   if (it == uploads_.end() || it->second.key != key) {
     return Status::Error(ENOENT, Describe() + ": no multipart upload " + upload_id + " for " + key);
@@ -53,9 +54,9 @@ Result<MemoryObjectStore::Upload*> MemoryObjectStore::FindUpload(const std::stri
 Status MemoryObjectStore::Put(const std::string& key, const std::string& data) {
   MutexLock lock(&mu_);
   counters_.put++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
-  Result<std::string> arrived = Receive("put " + key, data);
+  Result<std::string> arrived = ReceiveLocked("put " + key, data);
   if (!arrived.ok()) return arrived.status();
   objects_[key] = std::move(arrived).value();
   return Status::Ok();
@@ -64,12 +65,12 @@ Status MemoryObjectStore::Put(const std::string& key, const std::string& data) {
 Status MemoryObjectStore::PutIfAbsent(const std::string& key, const std::string& data) {
   MutexLock lock(&mu_);
   counters_.put++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
   if (!ignore_conditions_ && objects_.count(key)) {
     return Status::Error(EEXIST, Describe() + ": " + key + " exists");
   }
-  Result<std::string> arrived = Receive("put " + key, data);
+  Result<std::string> arrived = ReceiveLocked("put " + key, data);
   if (!arrived.ok()) return arrived.status();
   objects_[key] = std::move(arrived).value();
   return Status::Ok();
@@ -83,7 +84,7 @@ void MemoryObjectStore::IgnoreConditions(bool ignore) {
 Result<std::string> MemoryObjectStore::BeginMultipart(const std::string& key) {
   MutexLock lock(&mu_);
   counters_.begin++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
   std::string id = "memupload" + std::to_string(next_upload_++);
   uploads_[id] = Upload{key, {}};
@@ -95,16 +96,17 @@ Result<std::string> MemoryObjectStore::UploadPart(const std::string& key,
                                                   const std::string& data) {
   MutexLock lock(&mu_);
   counters_.part++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
   if (part_number < 1 || part_number > kMaxPartNumber) {
     return Status::Error(EINVAL, "upload part of " + key + ": part number " +
                                      std::to_string(part_number) + " outside 1.." +
                                      std::to_string(kMaxPartNumber));
   }
-  Result<Upload*> upload = FindUpload(key, upload_id);
+  Result<Upload*> upload = FindUploadLocked(key, upload_id);
   if (!upload.ok()) return upload.status();
-  Result<std::string> arrived = Receive("upload part " + std::to_string(part_number) + " of " + key, data);
+  Result<std::string> arrived =
+      ReceiveLocked("upload part " + std::to_string(part_number) + " of " + key, data);
   if (!arrived.ok()) return arrived.status();
   std::string etag = "memetag" + std::to_string(next_etag_++);
   (*upload)->parts[part_number] = Part{std::move(arrived).value(), etag};
@@ -115,9 +117,9 @@ Status MemoryObjectStore::CompleteMultipart(const std::string& key, const std::s
                                             const std::vector<std::string>& part_etags) {
   MutexLock lock(&mu_);
   counters_.complete++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
-  Result<Upload*> found = FindUpload(key, upload_id);
+  Result<Upload*> found = FindUploadLocked(key, upload_id);
   if (!found.ok()) return found.status();
   const Upload& upload = **found;
   const int part_count = static_cast<int>(std::min<size_t>(part_etags.size(), INT_MAX));
@@ -158,9 +160,9 @@ Status MemoryObjectStore::CompleteMultipart(const std::string& key, const std::s
 Status MemoryObjectStore::AbortMultipart(const std::string& key, const std::string& upload_id) {
   MutexLock lock(&mu_);
   counters_.abort++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
-  Result<Upload*> upload = FindUpload(key, upload_id);
+  Result<Upload*> upload = FindUploadLocked(key, upload_id);
   if (!upload.ok()) return upload.status();
   uploads_.erase(upload_id);
   return Status::Ok();
@@ -170,7 +172,7 @@ Result<std::string> MemoryObjectStore::GetRange(const std::string& key, uint64_t
                                                 uint64_t length) {
   MutexLock lock(&mu_);
   counters_.get++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
   auto it = objects_.find(key);
   if (it == objects_.end()) return Status::Error(ENOENT, Describe() + ": no object " + key);
@@ -210,7 +212,7 @@ Result<uint64_t> MemoryObjectStore::ReadRange(const std::string& key, uint64_t o
 Result<ObjectInfo> MemoryObjectStore::Head(const std::string& key) {
   MutexLock lock(&mu_);
   counters_.head++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
   auto it = objects_.find(key);
   if (it == objects_.end()) return Status::Error(ENOENT, Describe() + ": no object " + key);
@@ -220,7 +222,7 @@ Result<ObjectInfo> MemoryObjectStore::Head(const std::string& key) {
 Result<std::vector<ObjectInfo>> MemoryObjectStore::List(const std::string& prefix) {
   MutexLock lock(&mu_);
   counters_.list++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   std::vector<ObjectInfo> out;
   for (auto it = objects_.lower_bound(prefix);
        it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
@@ -237,7 +239,7 @@ Result<std::vector<ObjectInfo>> MemoryObjectStore::List(const std::string& prefi
 Status MemoryObjectStore::Delete(const std::vector<std::string>& keys) {
   MutexLock lock(&mu_);
   counters_.del++;
-  CKPTFS_RETURN_IF_ERROR(InjectedFault());
+  CKPTFS_RETURN_IF_ERROR(InjectedFaultLocked());
   for (const std::string& key : keys) CKPTFS_RETURN_IF_ERROR(ValidateObjectKey(key));
   for (const std::string& key : keys) objects_.erase(key);
   return Status::Ok();

@@ -122,11 +122,12 @@ class MemoryObjectStore final : public ObjectStore {
 
   // data as it arrives: with a bit flipped while CorruptNextUploads lasts;
   // EIO when it then fails the checksum the caller's bytes had.
-  Result<std::string> Receive(const std::string& what, const std::string& data) REQUIRES(mu_);
+  Result<std::string> ReceiveLocked(const std::string& what, const std::string& data) REQUIRES(mu_);
   // Counts nothing; returns the injected failure for this call, if any.
-  Status InjectedFault() REQUIRES(mu_);
+  Status InjectedFaultLocked() REQUIRES(mu_);
   // The upload for (key, upload_id) or ENOENT.
-  Result<Upload*> FindUpload(const std::string& key, const std::string& upload_id) REQUIRES(mu_);
+  Result<Upload*> FindUploadLocked(const std::string& key, const std::string& upload_id)
+      REQUIRES(mu_);
 
   const uint64_t min_part_size_;
 
