@@ -509,8 +509,9 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   void RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot, ManifestBatch* batch) REQUIRES(mu_);
   bool IsMarkerName(const std::string& name) const;
   uint32_t OpenWritersUnderLocked(Inode* dir) REQUIRES(mu_);
-  void CollectFilesLocked(Inode* dir, const std::string& prefix,
-                          std::vector<std::pair<std::string, uint64_t>>* out) REQUIRES(mu_);
+  // The regular files below dir: (path relative to dir, ino).
+  void CollectFilesLocked(Inode* dir, std::vector<std::pair<std::string, uint64_t>>* out)
+      REQUIRES(mu_);
   void EmitStepEventLocked(const char* event, uint64_t step_ino, const StepRecord& rec,
                            const std::string& detail = "") REQUIRES(mu_);
   // Waits (releasing mu_) until no step containing dir_ino is committing,
@@ -564,7 +565,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // its CRCs. Call without mu_.
   Status AwaitOwnerUpload(FileHandle* fh) EXCLUDES(mu_);
   Result<PartRecord> PartSnapshotLocked(const std::string& step_path) REQUIRES(mu_);
-  void CollectPartLocked(Inode* dir, const std::string& prefix, PartRecord* part) REQUIRES(mu_);
+  void CollectPartLocked(Inode* dir, PartRecord* part) REQUIRES(mu_);
   Result<Inode*> EnsureDirPathLocked(Inode* base, const std::string& rel, ManifestBatch* batch) REQUIRES(mu_);
   // Makes the step the record says (sealing this node's files, adding the
   // other nodes' as remote, dropping local files it does not list), in batch.
@@ -631,8 +632,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   void FastPathXattrNamesLocked(const Inode& inode, std::vector<std::string>* names) const
       REQUIRES(mu_);
   UploadProgress ProgressLocked(uint64_t step_ino) REQUIRES(mu_);
-  void CollectTreeLocked(Inode* dir, const std::string& prefix, CommitObject* obj, bool* complete)
-      REQUIRES(mu_);
+  void CollectTreeLocked(Inode* dir, CommitObject* obj, bool* complete) REQUIRES(mu_);
 
   // `.full/` views (filesystem_full.cc). Entry points call these before
   // taking mu_: building a view reads the checkpoint's metadata.

@@ -122,19 +122,15 @@ PartRecord::File FileSystem::PartFileLocked(const Inode& file, const std::string
   return f;
 }
 
-void FileSystem::CollectPartLocked(Inode* dir, const std::string& prefix, PartRecord* part) {
-  for (const auto& [name, dent] : dir->children) {
-    Inode* child = inodes_.Find(dent.ino);
-    if (!child) continue;
-    const std::string rel = prefix.empty() ? name : prefix + "/" + name;
+void FileSystem::CollectPartLocked(Inode* dir, PartRecord* part) {
+  inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) {
     if (child->is_dir()) {
       part->dirs.push_back(rel);
-      CollectPartLocked(child, rel, part);
     } else if (child->is_symlink()) {
       part->symlinks.push_back({rel, child->rec.symlink_target});
     } else if (child->is_reg()) {
       // Files materialised from other nodes' parts are theirs.
-      if (child->object && !child->object->owner_node.empty()) continue;
+      if (child->object && !child->object->owner_node.empty()) return true;
       PartRecord::File f = PartFileLocked(*child, rel);
       const bool current = ObjectIsCurrent(*child, part->step_path + "/" + rel) &&
                            !ledger_.IsQueued(child->rec.ino) && child->object->crc_known;
@@ -149,7 +145,8 @@ void FileSystem::CollectPartLocked(Inode* dir, const std::string& prefix, PartRe
       }
       part->files.push_back(std::move(f));
     }
-  }
+    return true;
+  });
 }
 
 Result<PartRecord> FileSystem::PartSnapshot(const std::string& step_path) {
@@ -165,14 +162,14 @@ Result<PartRecord> FileSystem::PartSnapshotLocked(const std::string& step_path) 
   if ((it == steps_.end() || !dir) && staging == 0) return Status::Error(ENOENT, step_path + " is not a step here");
   PartRecord part;
   part.step_path = step_path;
-  if (it != steps_.end() && dir) CollectPartLocked(dir, "", &part);
+  if (it != steps_.end() && dir) CollectPartLocked(dir, &part);
   if (staging != 0) {
     // Files still in the staging directory: this node's part all the same,
     // marked as staged until the node renames the directory into the step.
     PartRecord staged;
     staged.step_path = step_path;
     Inode* staging_dir = inodes_.Find(staging);
-    CollectPartLocked(staging_dir, "", &staged);
+    CollectPartLocked(staging_dir, &staged);
     std::set<std::string> have;
     for (const auto& f : part.files) have.insert(f.path);
     for (auto& f : staged.files) {
@@ -249,7 +246,7 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
   if (!dir) return Status::Error(ENOENT, record.step_path + " vanished");
   const std::string me = cluster_ ? cluster_->node() : options_.node;
   std::vector<std::pair<std::string, uint64_t>> local;
-  CollectFilesLocked(dir, "", &local);
+  CollectFilesLocked(dir, &local);
   std::map<std::string, uint64_t> local_by_path(local.begin(), local.end());
   std::set<std::string> listed;
   for (const auto& f : record.files) listed.insert(f.path);
@@ -476,7 +473,7 @@ std::vector<ClusterPort::AwaitedPart> FileSystem::PartsAwaited() {
     Inode* dir = inodes_.Find(ino);
     if (!dir) continue;
     std::vector<std::pair<std::string, uint64_t>> files;
-    CollectFilesLocked(dir, "", &files);
+    CollectFilesLocked(dir, &files);
     std::set<std::string> owners;
     for (const auto& [path, file_ino] : files) {
       Inode* f = inodes_.Find(file_ino);

@@ -65,12 +65,10 @@ void FileSystem::ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool* com
 
 void FileSystem::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
   if (steps_.StepOf(inodes_, dir->rec.ino) == 0) return;
-  for (const auto& [name, dent] : dir->children) {
-    Inode* child = inodes_.Find(dent.ino);
-    if (!child || !child->is_dir()) continue;
-    steps_.Remove(child->rec.ino, batch);
-    DemoteNestedStepsLocked(child, batch);
-  }
+  inodes_.WalkBelow(dir, [&](Inode* child, const std::string&) {
+    if (child->is_dir()) steps_.Remove(child->rec.ino, batch);
+    return child->is_dir();
+  });
 }
 
 void FileSystem::NoteActivityLocked(uint64_t ino) {
@@ -229,35 +227,28 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
 
 uint32_t FileSystem::OpenWritersUnderLocked(Inode* dir) {
   uint32_t n = 0;
-  for (const auto& [name, dent] : dir->children) {
-    Inode* child = inodes_.Find(dent.ino);
-    if (!child) continue;
-    n += child->open_writers;
-    if (child->is_dir()) n += OpenWritersUnderLocked(child);
-  }
+  inodes_.WalkBelow(dir, [&](Inode* inode, const std::string&) {
+    n += inode->open_writers;
+    return true;
+  });
   return n;
 }
 
 uint32_t FileSystem::UnflushedWritersUnderLocked(Inode* dir) {
   uint32_t n = 0;
-  for (const auto& [name, dent] : dir->children) {
-    Inode* child = inodes_.Find(dent.ino);
-    if (!child) continue;
-    n += child->unflushed_writers;
-    if (child->is_dir()) n += UnflushedWritersUnderLocked(child);
-  }
+  inodes_.WalkBelow(dir, [&](Inode* inode, const std::string&) {
+    n += inode->unflushed_writers;
+    return true;
+  });
   return n;
 }
 
-void FileSystem::CollectFilesLocked(Inode* dir, const std::string& prefix,
+void FileSystem::CollectFilesLocked(Inode* dir,
                                     std::vector<std::pair<std::string, uint64_t>>* out) {
-  for (const auto& [name, dent] : dir->children) {
-    Inode* child = inodes_.Find(dent.ino);
-    if (!child) continue;
-    const std::string rel = prefix.empty() ? name : prefix + "/" + name;
-    if (child->is_reg()) out->emplace_back(rel, dent.ino);
-    if (child->is_dir()) CollectFilesLocked(child, rel, out);
-  }
+  inodes_.WalkBelow(dir, [&](Inode* inode, const std::string& rel) {
+    if (inode->is_reg()) out->emplace_back(rel, inode->rec.ino);
+    return true;
+  });
 }
 
 void FileSystem::WaitUntilNotCommittingLocked(MutexLock& lock, uint64_t dir_ino) {
@@ -325,7 +316,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   plan.quiet_ns = plan.began_ns - rt.last_activity;
   plan.settle_ns = options_.commit_settle_ns;
   std::vector<std::pair<std::string, uint64_t>> files;
-  CollectFilesLocked(dir, "", &files);
+  CollectFilesLocked(dir, &files);
   for (auto& [path, ino] : files) {
     const Inode* inode = inodes_.Find(ino);
     const bool around = inode->checksum && inode->checksum->backing_inode != 0;

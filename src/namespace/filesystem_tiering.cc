@@ -239,20 +239,16 @@ void FileSystem::UnpersistStepLocked(uint64_t step_ino, const std::string& old_p
 std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnderLocked(Inode* dir) {
   std::vector<std::pair<uint64_t, std::string>> out;
   if (!options_.remote || !dir->is_dir()) return out;
-  std::vector<Inode*> todo = {dir};
-  while (!todo.empty()) {
-    Inode* d = todo.back();
-    todo.pop_back();
+  // dir itself, then the directories below it; no steps inside steps.
+  auto visit = [&](Inode* d) {
+    if (!d->is_dir()) return false;
     auto it = steps_.find(d->rec.ino);
-    if (it != steps_.end()) {
-      if (it->second.state == StepState::kCommitted) out.emplace_back(d->rec.ino, inodes_.PathOf(d->rec.ino));
-      continue;  // no steps inside steps
-    }
-    for (const auto& [name, dent] : d->children) {
-      Inode* child = inodes_.Find(dent.ino);
-      if (child && child->is_dir()) todo.push_back(child);
-    }
-  }
+    if (it == steps_.end()) return true;
+    if (it->second.state == StepState::kCommitted)
+      out.emplace_back(d->rec.ino, inodes_.PathOf(d->rec.ino));
+    return false;
+  };
+  if (visit(dir)) inodes_.WalkBelow(dir, [&](Inode* d, const std::string&) { return visit(d); });
   return out;
 }
 
@@ -264,7 +260,7 @@ void FileSystem::NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std:
     // Objects sit at natural keys: the files go up again under the new
     // path; their old objects are deleted once the new ones exist.
     std::vector<std::pair<std::string, uint64_t>> files;
-    if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, "", &files);
+    if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, &files);
     for (const auto& [rel, ino] : files) QueueUploadLocked(inodes_.Find(ino), batch);
   }
 }
@@ -390,15 +386,10 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
   return ApplyLocked(batch, false);
 }
 
-void FileSystem::CollectTreeLocked(Inode* dir, const std::string& prefix, CommitObject* obj,
-                                   bool* complete) {
-  for (const auto& [name, dent] : dir->children) {
-    Inode* child = inodes_.Find(dent.ino);
-    if (!child) continue;
-    const std::string rel = prefix.empty() ? name : prefix + "/" + name;
+void FileSystem::CollectTreeLocked(Inode* dir, CommitObject* obj, bool* complete) {
+  inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) {
     if (child->is_dir()) {
       obj->dirs.push_back(rel);
-      CollectTreeLocked(child, rel, obj, complete);
     } else if (child->is_symlink()) {
       obj->symlinks.push_back({rel, child->rec.symlink_target});
     } else if (child->is_reg()) {
@@ -408,7 +399,7 @@ void FileSystem::CollectTreeLocked(Inode* dir, const std::string& prefix, Commit
         // uploaded (NoteRemoteUploads); that node uploads it, never this one.
         if (!child->object->crc_known || child->object->key != key) {
           *complete = false;
-          continue;
+          return true;
         }
       } else if (!ObjectIsCurrent(*child, key)) {
         *complete = false;
@@ -419,7 +410,7 @@ void FileSystem::CollectTreeLocked(Inode* dir, const std::string& prefix, Commit
           QueueUploadLocked(child, &batch);
           (void)ApplyLocked(batch, false);
         }
-        continue;
+        return true;
       }
       if (ledger_.IsQueued(child->rec.ino)) *complete = false;
       CommitObject::File file{rel, child->rec.size, child->object->crc32c, child->rec.mode & 07777,
@@ -434,7 +425,8 @@ void FileSystem::CollectTreeLocked(Inode* dir, const std::string& prefix, Commit
       obj->files.push_back(std::move(file));
       obj->bytes += child->rec.size;
     }
-  }
+    return true;
+  });
 }
 
 std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
@@ -454,7 +446,7 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
     obj.dir_mtime_ns = TimespecToNanos(dir->rec.mtime);
     obj.ephemeral = rec.ephemeral;
     bool complete = true;
-    CollectTreeLocked(dir, "", &obj, &complete);
+    CollectTreeLocked(dir, &obj, &complete);
     if (!complete) continue;
     out.push_back(PersistJob{ino, CommitObjectKey(obj.step_path), EncodeCommitObject(obj)});
   }
@@ -557,7 +549,7 @@ std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidatesLocked(
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || !rec.persisted) continue;
     std::vector<std::pair<std::string, uint64_t>> files;
-    if (Inode* dir = inodes_.Find(ino)) CollectFilesLocked(dir, "", &files);
+    if (Inode* dir = inodes_.Find(ino)) CollectFilesLocked(dir, &files);
     for (const auto& [rel, file_ino] : files) {
       Inode* f = inodes_.Find(file_ino);
       if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) continue;
@@ -796,16 +788,15 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   if (obj.dir_mtime_ns > 0) {
     dir_time = NanosToTimespec(obj.dir_mtime_ns);
   }
-  std::vector<Inode*> imported_dirs = {*step_dir};
-  for (size_t i = 0; i < imported_dirs.size(); ++i) {
-    Inode* d = imported_dirs[i];
+  auto stamp = [&](Inode* d) {
+    if (!d->is_dir()) return false;
     d->rec.mtime = dir_time;
     d->rec.ctime = committed;
     InodeTable::Put(*d, &batch);
-    for (const auto& [child_name, dent] : d->children) {
-      if (Inode* child = inodes_.Find(dent.ino); child && child->is_dir()) imported_dirs.push_back(child);
-    }
-  }
+    return true;
+  };
+  stamp(*step_dir);
+  inodes_.WalkBelow(*step_dir, [&](Inode* d, const std::string&) { return stamp(d); });
   CommitFacts facts;
   facts.committed_at = obj.committed_at;
   facts.bytes = obj.bytes;
@@ -932,7 +923,7 @@ Status FileSystem::MakeLocalForWriteLocked(MutexLock& lock, uint64_t ino) NO_THR
 FileSystem::UploadProgress FileSystem::ProgressLocked(uint64_t step_ino) {
   UploadProgress p;
   std::vector<std::pair<std::string, uint64_t>> files;
-  if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, "", &files);
+  if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, &files);
   const std::string base = inodes_.PathOf(step_ino);
   for (const auto& [rel, ino] : files) {
     Inode* f = inodes_.Find(ino);

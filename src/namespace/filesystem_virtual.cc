@@ -81,7 +81,7 @@ Result<Attr> FileSystem::GetAttrVirtualLocked(uint64_t ino) {
 std::pair<uint64_t, uint64_t> FileSystem::CurrentSizeLocked(uint64_t step_ino) {
   SyncPassthroughWritersLocked();  // user.ckptfs.bytes counts what the kernel wrote
   std::vector<std::pair<std::string, uint64_t>> files;
-  if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, "", &files);
+  if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, &files);
   uint64_t bytes = 0;
   for (const auto& f : files) bytes += inodes_.Find(f.second)->rec.size;
   return {bytes, files.size()};

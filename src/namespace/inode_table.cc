@@ -11,6 +11,20 @@ Inode* InodeTable::Find(uint64_t ino) const {
   return it == inodes_.end() ? nullptr : it->second.get();
 }
 
+void InodeTable::WalkBelow(const Inode* dir, const SubtreeVisitor& visit) const {
+  // Recursion depth is the tree's depth, which CheckName and PATH_MAX bound.
+  std::function<void(const Inode*, const std::string&)> walk = [&](const Inode* d,
+                                                                   const std::string& prefix) {
+    for (const auto& [name, dent] : d->children) {
+      Inode* child = Find(dent.ino);
+      if (!child) continue;
+      const std::string rel = prefix.empty() ? name : prefix + "/" + name;
+      if (visit(child, rel) && child->is_dir()) walk(child, rel);
+    }
+  };
+  walk(dir, "");
+}
+
 Result<Inode*> InodeTable::FindDir(uint64_t ino) const {
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no inode " + std::to_string(ino));

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -31,6 +32,12 @@ class InodeTable {
   Result<Inode*> FindDir(uint64_t ino) const;
   // ino's path relative to the root ("" for the root).
   std::string PathOf(uint64_t ino) const;
+  // The one subtree walk: visits every inode below dir (not dir itself),
+  // depth first in name order, a directory before what it holds, with its
+  // path relative to dir. visit returns false to skip what a directory
+  // holds (its return value is ignored for other inodes).
+  using SubtreeVisitor = std::function<bool(Inode* inode, const std::string& rel)>;
+  void WalkBelow(const Inode* dir, const SubtreeVisitor& visit) const;
   size_t size() const { return inodes_.size(); }
   Map::const_iterator begin() const { return inodes_.begin(); }
   Map::const_iterator end() const { return inodes_.end(); }

@@ -64,6 +64,43 @@ TEST(InodeTable, LinksRecordEntriesAndParentsInTheCallersBatch) {
   EXPECT_EQ(removal.size(), 2u);
 }
 
+// The one subtree walk: depth first in name order, a directory before what
+// it holds, paths relative to the start, and a visitor can prune.
+TEST(InodeTable, WalksBelowADirectoryInNameOrderAndPrunes) {
+  InodeTable table;
+  Inode* root = table.Insert(MakeInode(kRootIno, S_IFDIR | 0755));
+  Inode* b = table.Insert(MakeInode(2, S_IFDIR | 0755));
+  Inode* a = table.Insert(MakeInode(3, S_IFDIR | 0755));
+  Inode* a_x = table.Insert(MakeInode(4, S_IFREG | 0644));
+  Inode* b_y = table.Insert(MakeInode(5, S_IFREG | 0644));
+  Inode* c = table.Insert(MakeInode(6, S_IFREG | 0644));
+  const timespec now{};
+  ManifestBatch batch;
+  table.AddChild(root, "b", b, now, &batch);
+  table.AddChild(root, "a", a, now, &batch);
+  table.AddChild(a, "x", a_x, now, &batch);
+  table.AddChild(b, "y", b_y, now, &batch);
+  table.AddChild(root, "c", c, now, &batch);
+  std::vector<std::string> seen;
+  table.WalkBelow(root, [&](Inode*, const std::string& rel) {
+    seen.push_back(rel);
+    return true;
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"a", "a/x", "b", "b/y", "c"}));
+  seen.clear();
+  table.WalkBelow(root, [&](Inode* inode, const std::string& rel) {
+    seen.push_back(rel);
+    return inode != a;  // skip what a holds
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"a", "b", "b/y", "c"}));
+  seen.clear();
+  table.WalkBelow(a_x, [&](Inode*, const std::string& rel) {
+    seen.push_back(rel);
+    return true;
+  });
+  EXPECT_TRUE(seen.empty());  // a file holds nothing
+}
+
 TEST(InodeTable, FindDirSaysWhatIsWrong) {
   InodeTable table;
   table.Insert(MakeInode(kRootIno, S_IFDIR | 0755));
