@@ -47,6 +47,23 @@ TEST(StepPatternTest, DefaultNames) {
   EXPECT_EQ(StepPattern::Compile("step[0-9]+").err(), EINVAL);  // no capture group
 }
 
+// The one parser of step paths from the bucket (cluster records, commit
+// objects): components, or EINVAL saying what is wrong.
+TEST(StepPatternTest, SplitStepPathTakesARelativePathApart) {
+  auto parts = SplitStepPath("team/run1/step100");
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  EXPECT_EQ(*parts, (std::vector<std::string>{"team", "run1", "step100"}));
+  EXPECT_EQ(*SplitStepPath("step1"), std::vector<std::string>{"step1"});
+  for (const std::string& bad : std::vector<std::string>{
+           "", "/run/step1", "run/step1/", "run//step1", "run/./step1", "../step1", ".ckptfs/step1",
+           std::string("run/st\0ep1", 10), "run/" + std::string(256, 'x')}) {
+    auto r = SplitStepPath(bad);
+    EXPECT_EQ(r.status().err(), EINVAL) << bad;
+    EXPECT_EQ(r.status().message().rfind("invalid step path", 0), 0u) << r.status().ToString();
+  }
+  EXPECT_TRUE(SplitStepPath("run/" + std::string(255, 'x')).ok());
+}
+
 TEST(CommitTest, MarkerCloseCommitsAndSealsAndMovesLatest) {
   FsEnv env;
   auto& fs = env.fs();

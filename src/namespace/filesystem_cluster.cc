@@ -355,19 +355,9 @@ CommitFacts FileSystem::ClusterCommitFacts(const StepRecord& before,
 Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
   MutexLock lock(&mu_);
   CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
-  std::vector<std::string> parts;
-  for (size_t start = 0; start <= record.step_path.size();) {
-    size_t end = record.step_path.find('/', start);
-    if (end == std::string::npos) end = record.step_path.size();
-    parts.push_back(record.step_path.substr(start, end - start));
-    start = end + 1;
-  }
-  for (const auto& p : parts) {
-    if (!CheckName(p).ok() || p == "." || p == "..") {
-      return Status::Error(EINVAL, "invalid step path '" + record.step_path + "'");
-    }
-  }
-  if (parts.front() == kControlDirName) return Status::Error(EINVAL, "reserved name");
+  auto split = SplitStepPath(record.step_path);
+  if (!split.ok()) return split.status();
+  const std::vector<std::string>& parts = *split;
   if (!pattern_.Match(parts.back())) {
     return Status::Error(EINVAL, parts.back() + " does not match the step pattern of this mount");
   }

@@ -643,20 +643,9 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   Inode* root = inodes_.Find(kRootIno);
   const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
-  // Split the step path; every component must be a valid name.
-  std::vector<std::string> parts;
-  for (size_t start = 0; start <= obj.step_path.size();) {
-    size_t end = obj.step_path.find('/', start);
-    if (end == std::string::npos) end = obj.step_path.size();
-    parts.push_back(obj.step_path.substr(start, end - start));
-    start = end + 1;
-  }
-  for (const auto& p : parts) {
-    if (!CheckName(p).ok() || p == "." || p == "..") {
-      return Status::Error(EINVAL, "invalid step path '" + obj.step_path + "'");
-    }
-  }
-  if (parts.size() == 1 && parts[0] == kControlDirName) return Status::Error(EINVAL, "reserved name");
+  auto split = SplitStepPath(obj.step_path);
+  if (!split.ok()) return split.status();
+  const std::vector<std::string>& parts = *split;
   // A path may not be a file and a directory at once. Checked before the
   // in-memory image changes, so a bad object changes nothing.
   std::set<std::string> implied_dirs(obj.dirs.begin(), obj.dirs.end());

@@ -33,6 +33,13 @@ class StepPattern {
   std::regex re_;
 };
 
+// The one parser of a step's path relative to the mount root ("run/step100")
+// as a record from the bucket gives it (a cluster step record, a commit
+// object): its components, or EINVAL naming what is wrong (an empty, "." or
+// ".." component, a NUL, a component over 255 bytes, or the control
+// directory as the first). Matching the step pattern is the caller's.
+Result<std::vector<std::string>> SplitStepPath(const std::string& step_path);
+
 // Marker files whose close (or rename into place) anywhere inside a step asks
 // for the step's commit; the completeness check then decides (DCP .metadata,
 // OLMo-core .metadata.json and model/ + optim/ metadata.json, Hugging Face
