@@ -51,18 +51,19 @@ StepRecord StepBook::Commit(uint64_t ino, const CommitFacts& facts, ManifestBatc
 }
 
 void StepBook::MarkIncomplete(uint64_t ino, std::string why, ManifestBatch* batch) {
-  StepRecord& rec = records_[ino];
-  rec.state = StepState::kIncomplete;
-  rec.error = std::move(why);
-  rec.pending_commit = 0;
-  Put(ino, rec, batch);
+  EndUncommitted(ino, StepState::kIncomplete, std::move(why), batch);
 }
 
 void StepBook::MarkBroken(uint64_t ino, std::string why, ManifestBatch* batch) {
+  EndUncommitted(ino, StepState::kBroken, std::move(why), batch);
+}
+
+void StepBook::EndUncommitted(uint64_t ino, StepState state, std::string why,
+                              ManifestBatch* batch) {
   StepRecord& rec = records_[ino];
-  rec.state = StepState::kBroken;
+  rec.state = state;
   rec.error = std::move(why);
-  rec.pending_commit = 0;
+  rec.pending_commit = 0;  // no commit will come of the request
   Put(ino, rec, batch);
 }
 

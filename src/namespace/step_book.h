@@ -128,6 +128,9 @@ class StepBook {
   uint64_t LatestOf(const InodeTable& inodes, uint64_t run_ino) const;
 
  private:
+  // The step leaves `writing` without a commit, in state, for why.
+  void EndUncommitted(uint64_t ino, StepState state, std::string why, ManifestBatch* batch);
+
   Records records_;
   std::unordered_map<uint64_t, StepRuntime> runtime_;
 };
