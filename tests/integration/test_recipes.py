@@ -8,8 +8,8 @@ changes is tested as it now reads, and one that disappears fails here with a mes
   plain torch.save (temp dir + rename)         commits on the rename, loads through latest
   the writer library variant                   with CKPTFS_WRITER_LIB (meson test sets it)
   per-run retention preset (setfattr)          user.ckptfs.retention on a run directory
-  Hugging Face: the older recipes "still work" the on_save commit callback (also with a
-                                               straggler rank) and --commit-idle
+  Hugging Face: an on_save commit callback after the barrier (also with a straggler
+                                               rank) and the older --commit-idle recipe
   OLMo-core safetensors: model/.full/model.safetensors under the model's own names
   Megatron-LM's latest_checkpointed_iteration.txt commits the iteration it names
   "Checking what you have"                     the four commands, as written
@@ -186,9 +186,11 @@ EVAL = {"2": 3.0, "4": 1.0, "6": 2.0}
 
 
 @pytest.mark.timeout_s(180)
-def test_hf_older_commit_callback_still_works(ckptfs):
-    """The old on_save callback of docs/recipes.md (rank 0: os.setxattr(checkpoint-N,
-    "user.ckptfs.commit", b"1") after _save_checkpoint) with ranks on time."""
+def test_hf_commit_callback_after_the_barrier(ckptfs):
+    """An on_save callback as docs/recipes.md now says: every rank waits at the barrier,
+    then rank 0 sets user.ckptfs.commit on checkpoint-N; ranks on time."""
+    assert "commit only after the ranks' barrier" in " ".join(doc_text().split()), \
+        "docs/recipes.md no longer says when a commit callback may commit"
     m = ckptfs
     log = RunLog()
     log.add(run_phase("hf", dict(run=m.path("hf/out"), save_steps=2, max_steps=4, eval_losses=EVAL,
@@ -197,11 +199,10 @@ def test_hf_older_commit_callback_still_works(ckptfs):
 
 
 @pytest.mark.timeout_s(180)
-def test_hf_older_commit_callback_still_works_with_a_straggler_rank(ckptfs):
-    """"older recipes used both [a commit callback, --commit-idle]; they still work": the old
-    on_save callback (rank 0 sets user.ckptfs.commit right after trainer_state.json and the
-    rotation) while rank 1 writes rng_state_1.pth a second later: no error for rank 1, and
-    the step committed with its file."""
+def test_hf_commit_callback_after_the_barrier_with_a_straggler_rank(ckptfs):
+    """The callback after the barrier while rank 1 writes rng_state_1.pth a second after
+    trainer_state.json: an explicit commit does not settle for quiet, so only the barrier
+    keeps rank 1's file in the step: no error for rank 1, and the step committed with it."""
     m = ckptfs
     log = RunLog()
     log.add(run_phase("hf", dict(run=m.path("hf/out"), save_steps=2, max_steps=4, eval_losses=EVAL,

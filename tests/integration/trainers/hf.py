@@ -253,8 +253,14 @@ class Trainer:
                                use_mtime=True, removed=lambda c: self.rep.removed(os.path.basename(c)))
         self.rep.saved(checkpoint_folder)
         # callbacks: on_save
-        if self.cfg.get("commit_callback") and self.state.is_world_process_zero:
-            os.setxattr(f"{self.args.output_dir}/checkpoint-{self.state.global_step}", "user.ckptfs.commit", b"1")
+        if self.cfg.get("commit_callback"):
+            # docs/recipes.md: an explicit commit is the user's word that the step is
+            # complete, so the callback commits after the ranks' barrier
+            # (accelerator.wait_for_everyone()), on one rank.
+            barrier()
+            if self.state.is_world_process_zero:
+                os.setxattr(f"{self.args.output_dir}/checkpoint-{self.state.global_step}",
+                            "user.ckptfs.commit", b"1")
         if self.cfg.get("score_callback") and self.state.is_world_process_zero:
             loss = self.state.log_history[-1]["eval_loss"]
             os.setxattr(f"{self.args.output_dir}/checkpoint-{self.state.global_step}", "user.ckptfs.score",
