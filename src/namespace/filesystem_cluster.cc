@@ -123,7 +123,7 @@ PartRecord::File FileSystem::PartFileLocked(const Inode& file, const std::string
 }
 
 void FileSystem::CollectPartLocked(Inode* dir, PartRecord* part) {
-  inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) {
+  inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) REQUIRES(mu_) {
     if (child->is_dir()) {
       part->dirs.push_back(rel);
     } else if (child->is_symlink()) {

@@ -65,7 +65,7 @@ void FileSystem::ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool* com
 
 void FileSystem::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
   if (steps_.StepOf(inodes_, dir->rec.ino) == 0) return;
-  inodes_.WalkBelow(dir, [&](Inode* child, const std::string&) {
+  inodes_.WalkBelow(dir, [&](Inode* child, const std::string&) REQUIRES(mu_) {
     if (child->is_dir()) steps_.Remove(child->rec.ino, batch);
     return child->is_dir();
   });

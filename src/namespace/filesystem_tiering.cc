@@ -240,7 +240,7 @@ std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnderLoc
   std::vector<std::pair<uint64_t, std::string>> out;
   if (!options_.remote || !dir->is_dir()) return out;
   // dir itself, then the directories below it; no steps inside steps.
-  auto visit = [&](Inode* d) {
+  auto visit = [&](Inode* d) REQUIRES(mu_) {
     if (!d->is_dir()) return false;
     auto it = steps_.find(d->rec.ino);
     if (it == steps_.end()) return true;
@@ -248,7 +248,9 @@ std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnderLoc
       out.emplace_back(d->rec.ino, inodes_.PathOf(d->rec.ino));
     return false;
   };
-  if (visit(dir)) inodes_.WalkBelow(dir, [&](Inode* d, const std::string&) { return visit(d); });
+  if (visit(dir)) {
+    inodes_.WalkBelow(dir, [&](Inode* d, const std::string&) REQUIRES(mu_) { return visit(d); });
+  }
   return out;
 }
 
@@ -387,7 +389,7 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
 }
 
 void FileSystem::CollectTreeLocked(Inode* dir, CommitObject* obj, bool* complete) {
-  inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) {
+  inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) REQUIRES(mu_) {
     if (child->is_dir()) {
       obj->dirs.push_back(rel);
     } else if (child->is_symlink()) {
