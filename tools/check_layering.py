@@ -19,6 +19,7 @@ LAYER_OF = {
     "control": "namespace", "retention": "namespace", "namespace": "namespace",
     "lifecycle": "lifecycle",
     "tiering": "tiering",
+    "cluster": "cluster",
     "maintenance": "maintenance",
     "fastpath": "daemon", "fuse": "daemon", "cli": "daemon",
     "writer": "writer",
@@ -32,9 +33,10 @@ USES = {
     "namespace": {"common", "store", "formats"},
     "lifecycle": {"common", "store", "formats", "namespace"},
     "tiering": {"common", "store", "formats", "remote", "namespace"},
+    "cluster": {"common", "store", "formats", "remote", "namespace"},
     "maintenance": {"common", "store", "formats", "remote"},
     "daemon": {"common", "store", "formats", "remote", "namespace", "lifecycle",
-               "tiering", "maintenance"},
+               "tiering", "cluster", "maintenance"},
     # libckptfs-writer is shipped on its own: it shares only the leaf helpers
     # and the fast path's wire protocol with the daemon.
     "writer": {"common", "daemon"},

@@ -17,7 +17,7 @@
 #include "control/event_log.h"
 #include "manifest/manifest_store.h"
 #include "remote/object_store.h"
-#include "tiering/cluster_join.h"
+#include "cluster/cluster_join.h"
 
 namespace ckptfs {
 

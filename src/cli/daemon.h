@@ -13,8 +13,8 @@
 #include "fuse/passthrough_channel.h"
 #include "lifecycle/commit_coordinator.h"
 #include "namespace/filesystem.h"
-#include "tiering/cluster_book.h"
-#include "tiering/cluster_join.h"
+#include "cluster/cluster_book.h"
+#include "cluster/cluster_join.h"
 #include "tiering/remote_tier.h"
 
 struct fuse_session;

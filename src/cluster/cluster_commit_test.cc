@@ -18,7 +18,7 @@
 #include "data/memory_data_store.h"
 #include "namespace/fs_test_env.h"
 #include "remote/memory_object_store.h"
-#include "tiering/cluster_book.h"
+#include "cluster/cluster_book.h"
 
 namespace ckptfs::testing {
 namespace {

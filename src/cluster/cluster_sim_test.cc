@@ -102,7 +102,7 @@
 #include "namespace/filesystem.h"
 #include "namespace/fs_test_env.h"
 #include "remote/memory_object_store.h"
-#include "tiering/cluster_book.h"
+#include "cluster/cluster_book.h"
 #include "tiering/remote_tier.h"
 #include "tiering/remote_tier_test_util.h"
 

@@ -1,4 +1,4 @@
-#include "tiering/cluster_join.h"
+#include "cluster/cluster_join.h"
 
 #include <chrono>
 #include <functional>

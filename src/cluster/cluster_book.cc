@@ -1,4 +1,4 @@
-#include "tiering/cluster_book.h"
+#include "cluster/cluster_book.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "common/crc32c.h"
 #include "common/random_hex.h"
 #include "manifest/records.h"
-#include "tiering/cluster_join.h"
+#include "cluster/cluster_join.h"
 
 namespace ckptfs {
 

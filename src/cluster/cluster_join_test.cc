@@ -1,7 +1,7 @@
 // JoinCluster: the probe, the mode pinned in .ckptfs-cluster.json, and the
 // node registry, over the memory store (honouring, ignoring and refusing
 // conditional puts) and file://.
-#include "tiering/cluster_join.h"
+#include "cluster/cluster_join.h"
 
 #include <gtest/gtest.h>
 
