@@ -13,11 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cluster/cluster_join.h"
 #include "common/status.h"
 #include "control/event_log.h"
 #include "manifest/manifest_store.h"
 #include "remote/object_store.h"
-#include "cluster/cluster_join.h"
 
 namespace ckptfs {
 

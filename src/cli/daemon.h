@@ -8,13 +8,13 @@
 #include <optional>
 
 #include "cli/mount_options.h"
+#include "cluster/cluster_book.h"
+#include "cluster/cluster_join.h"
 #include "common/clock.h"
 #include "control/event_log.h"
 #include "fuse/passthrough_channel.h"
 #include "lifecycle/commit_coordinator.h"
 #include "namespace/filesystem.h"
-#include "cluster/cluster_book.h"
-#include "cluster/cluster_join.h"
 #include "tiering/remote_tier.h"
 
 struct fuse_session;

@@ -7,10 +7,10 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/cluster_join.h"
 #include "common/crc32c.h"
 #include "common/random_hex.h"
 #include "manifest/records.h"
-#include "cluster/cluster_join.h"
 
 namespace ckptfs {
 
@@ -41,10 +41,14 @@ bool UnescapeStepPath(const std::string& in, std::string* out) {
     }
     if (i + 2 >= in.size()) return false;
     const std::string hex = in.substr(i + 1, 2);
-    if (hex == "25") out->push_back('%');
-    else if (hex == "2F") out->push_back('/');
-    else if (hex == "7E") out->push_back('~');
-    else return false;
+    if (hex == "25")
+      out->push_back('%');
+    else if (hex == "2F")
+      out->push_back('/');
+    else if (hex == "7E")
+      out->push_back('~');
+    else
+      return false;
     i += 2;
   }
   return !out->empty();
@@ -78,7 +82,8 @@ bool ParseStepIndexKey(const std::string& key, std::string* step_path, char* sta
   return UnescapeStepPath(name.substr(0, tilde), step_path);
 }
 
-ClusterBook::ClusterBook(ClusterPort* port, ObjectStore* store, EventLog* events, ClusterBookOptions options)
+ClusterBook::ClusterBook(ClusterPort* port, ObjectStore* store, EventLog* events,
+                         ClusterBookOptions options)
     : port_(port),
       store_(store),
       events_(events),
@@ -204,10 +209,11 @@ Status ClusterBook::PublishClose(const std::string& step_path, const PartRecord:
     if (it != publications_.end() && !closed.path.empty()) {
       // A part's files are sorted by path (PartSnapshot).
       const auto& files = it->second.files;
-      auto f = std::lower_bound(files.begin(), files.end(), closed.path,
-                                [](const PartRecord::File& a, const std::string& path) { return a.path < path; });
-      if (f != files.end() && f->path == closed.path && f->size == closed.size && f->mode == closed.mode &&
-          f->mtime_ns == closed.mtime_ns) {
+      auto f = std::lower_bound(
+          files.begin(), files.end(), closed.path,
+          [](const PartRecord::File& a, const std::string& path) { return a.path < path; });
+      if (f != files.end() && f->path == closed.path && f->size == closed.size &&
+          f->mode == closed.mode && f->mtime_ns == closed.mtime_ns) {
         counters_.closes_published_later++;
         republish_.insert(step_path);
         cv_.notify_all();
@@ -233,7 +239,8 @@ Result<PartRecord> ClusterBook::GetPart(const std::string& step_path, const std:
     auto part = DecodePartRecord(*body);
     if (part.ok()) {
       if (part->node != node || part->step_path != step_path) {
-        return Status::Error(EIO, "malformed part record " + key + ": it names node '" + part->node + "' and step '" + part->step_path + "'");
+        return Status::Error(EIO, "malformed part record " + key + ": it names node '" +
+                                      part->node + "' and step '" + part->step_path + "'");
       }
       return part;
     }
@@ -255,7 +262,8 @@ Result<std::vector<PartRecord>> ClusterBook::GatherParts(const std::string& step
   for (const auto& obj : *listed) {
     std::string step, node;
     if (!ParsePartRecordKey(obj.key, &step, &node) || step != step_path) {
-      return Status::Error(EIO, "malformed part record key " + obj.key + " among the parts of " + step_path);
+      return Status::Error(
+          EIO, "malformed part record key " + obj.key + " among the parts of " + step_path);
     }
     if (node != options_.node) nodes.push_back(node);
   }
@@ -270,7 +278,9 @@ Result<std::vector<PartRecord>> ClusterBook::GatherParts(const std::string& step
       // Deleted between the LIST and the GET: not a part any more.
       if (part.status().err() == ENOENT) continue;
       if (part.status().err() == EIO && part.status().message().rfind("malformed", 0) == 0) {
-        events_->Append({{"event", "error"}, {"kind", "cluster_part"}, {"path", step_path},
+        events_->Append({{"event", "error"},
+                         {"kind", "cluster_part"},
+                         {"path", step_path},
                          {"error", part.status().message()}});
         return part.status();
       }
@@ -281,13 +291,15 @@ Result<std::vector<PartRecord>> ClusterBook::GatherParts(const std::string& step
   return out;
 }
 
-std::vector<Result<PartRecord>> ClusterBook::GetParts(const std::vector<ClusterPort::AwaitedPart>& which) {
+std::vector<Result<PartRecord>> ClusterBook::GetParts(
+    const std::vector<ClusterPort::AwaitedPart>& which) {
   // In parallel: at 1,000 nodes one after another would take 1,000 round
   // trips, about 20 s on S3 (docs/cluster.md, request costs).
   std::vector<std::optional<Result<PartRecord>>> got(which.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i = next++; i < which.size(); i = next++) got[i] = GetPart(which[i].step_path, which[i].owner);
+    for (size_t i = next++; i < which.size(); i = next++)
+      got[i] = GetPart(which[i].step_path, which[i].owner);
   };
   std::vector<std::thread> pool;
   const size_t threads = std::min<size_t>(which.size(), kGatherParallel);
@@ -300,8 +312,8 @@ std::vector<Result<PartRecord>> ClusterBook::GetParts(const std::vector<ClusterP
   return out;
 }
 
-Result<PartRecord> ClusterBook::AwaitUpload(const std::string& step_path, const std::string& rel_path,
-                                            const std::string& owner) {
+Result<PartRecord> ClusterBook::AwaitUpload(const std::string& step_path,
+                                            const std::string& rel_path, const std::string& owner) {
   const int64_t deadline = Now() + options_.upload_wait_ns;
   int64_t backoff = 50'000'000;
   for (;;) {
@@ -315,9 +327,11 @@ Result<PartRecord> ClusterBook::AwaitUpload(const std::string& step_path, const 
     }
     if (Now() + backoff > deadline) {
       char waited[32];
-      std::snprintf(waited, sizeof(waited), "%g", static_cast<double>(options_.upload_wait_ns) / 1e9);
-      return Status::Error(ETIMEDOUT, std::string("waited ") + waited + " s (--read-wait) for node " + owner +
-                                          " to upload " + rel_path);
+      std::snprintf(waited, sizeof(waited), "%g",
+                    static_cast<double>(options_.upload_wait_ns) / 1e9);
+      return Status::Error(ETIMEDOUT, std::string("waited ") + waited +
+                                          " s (--read-wait) for node " + owner + " to upload " +
+                                          rel_path);
     }
     Sleep(backoff);
     {
@@ -328,8 +342,10 @@ Result<PartRecord> ClusterBook::AwaitUpload(const std::string& step_path, const 
   }
 }
 
-Result<std::string> ClusterBook::ReadPartFile(const std::string& step_path, const PartRecord::File& file,
-                                              const std::string& owner, uint64_t offset, uint64_t length) {
+Result<std::string> ClusterBook::ReadPartFile(const std::string& step_path,
+                                              const PartRecord::File& file,
+                                              const std::string& owner, uint64_t offset,
+                                              uint64_t length) {
   auto part = AwaitUpload(step_path, file.path, owner);
   if (!part.ok()) return part.status();
   const std::string key = step_path + "/" + file.path;
@@ -339,7 +355,8 @@ Result<std::string> ClusterBook::ReadPartFile(const std::string& step_path, cons
     if (!body.ok()) return body.status();
     for (const auto& f : part->files) {
       if (f.path == file.path && f.crc32c && Crc32c(0, body->data(), body->size()) != *f.crc32c) {
-        return Status::Error(EIO, key + ": contents do not match the CRC32C node " + owner + " recorded");
+        return Status::Error(
+            EIO, key + ": contents do not match the CRC32C node " + owner + " recorded");
       }
     }
     return body;
@@ -366,7 +383,8 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
   decide.valid = [](const std::string& body) { return DecodeClusterStepRecord(body).ok(); };
   decide.sleep = [this](int64_t ns) { Sleep(ns); };
   counters_.decisions++;
-  auto decided = DecideOnce(store_, StepRecordKey(mine.step_path), EncodeClusterStepRecord(mine), decide);
+  auto decided =
+      DecideOnce(store_, StepRecordKey(mine.step_path), EncodeClusterStepRecord(mine), decide);
   if (!decided.ok()) return decided.status();
   auto record = DecodeClusterStepRecord(*decided);
   if (!record.ok()) return record.status();
@@ -374,10 +392,15 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
   // the index entry is harmless even where PUT is not atomic.
   counters_.index_puts++;
   Status st = store_->Put(StepIndexKey(mine.step_path, 'c'), *decided);
-  if (!st.ok()) return st.Annotate("recording the commit of " + mine.step_path + " in the step index");
-  events_->Append({{"event", "cluster_commit"}, {"path", mine.step_path}, {"committer", record->committer},
-                   {"proposal", record->proposal}, {"won", record->proposal == mine.proposal},
-                   {"nodes", record->parts.size()}, {"files", record->files.size()}});
+  if (!st.ok())
+    return st.Annotate("recording the commit of " + mine.step_path + " in the step index");
+  events_->Append({{"event", "cluster_commit"},
+                   {"path", mine.step_path},
+                   {"committer", record->committer},
+                   {"proposal", record->proposal},
+                   {"won", record->proposal == mine.proposal},
+                   {"nodes", record->parts.size()},
+                   {"files", record->files.size()}});
   return record;
 }
 
@@ -429,12 +452,12 @@ void ClusterBook::RefreshNow(uint64_t seen) {
   if (!listed.ok()) {
     // Lookups go on with the view they have; the event says why it is old.
     // Back off (1 s doubling to 30 s) so an outage costs lookups nothing.
-    refresh_backoff_ns_ = std::min<int64_t>(std::max<int64_t>(refresh_backoff_ns_ * 2, 1'000'000'000),
-                                            30'000'000'000);
+    refresh_backoff_ns_ = std::min<int64_t>(
+        std::max<int64_t>(refresh_backoff_ns_ * 2, 1'000'000'000), 30'000'000'000);
     retry_refresh_at_ = Now() + refresh_backoff_ns_;
     if (refresh_errors_++ % 60 == 0) {
-      events_->Append({{"event", "error"}, {"kind", "cluster_refresh"},
-                       {"error", listed.status().message()}});
+      events_->Append(
+          {{"event", "error"}, {"kind", "cluster_refresh"}, {"error", listed.status().message()}});
     }
     done();
     return;
@@ -486,15 +509,21 @@ void ClusterBook::RefreshNow(uint64_t seen) {
       if (!body.ok()) continue;
       auto record = DecodeClusterStepRecord(*body);
       if (!record.ok() || record->step_path != step) {
-        events_->Append({{"event", "error"}, {"kind", "cluster_index"}, {"path", step},
+        events_->Append({{"event", "error"},
+                         {"kind", "cluster_index"},
+                         {"path", step},
                          {"error", "malformed step record in the index: " +
-                                       (record.ok() ? std::string("another step's") : record.status().message())}});
+                                       (record.ok() ? std::string("another step's")
+                                                    : record.status().message())}});
         continue;
       }
       Status st = port_->ApplyClusterStep(*record);
       if (!st.ok()) {
         if (st.err() != EAGAIN) {
-          events_->Append({{"event", "error"}, {"kind", "cluster_apply"}, {"path", step}, {"error", st.message()}});
+          events_->Append({{"event", "error"},
+                           {"kind", "cluster_apply"},
+                           {"path", step},
+                           {"error", st.message()}});
         }
         continue;
       }
@@ -567,9 +596,12 @@ int64_t ClusterBook::PollCommitWatch() {
         done = true;
         auto record = DecodeClusterStepRecord(*body);
         if (!record.ok() || record->step_path != step) {
-          events_->Append({{"event", "error"}, {"kind", "cluster_index"}, {"path", step},
+          events_->Append({{"event", "error"},
+                           {"kind", "cluster_index"},
+                           {"path", step},
                            {"error", "malformed step record in the index: " +
-                                         (record.ok() ? std::string("another step's") : record.status().message())}});
+                                         (record.ok() ? std::string("another step's")
+                                                      : record.status().message())}});
         } else {
           // As a refresh applies it (one at a time with refreshes).
           Status st;
@@ -581,7 +613,10 @@ int64_t ClusterBook::PollCommitWatch() {
           if (st.err() == EAGAIN) {
             done = false;  // a local commit of it is under way: look again
           } else if (!st.ok()) {
-            events_->Append({{"event", "error"}, {"kind", "cluster_apply"}, {"path", step}, {"error", st.message()}});
+            events_->Append({{"event", "error"},
+                             {"kind", "cluster_apply"},
+                             {"path", step},
+                             {"error", st.message()}});
           }
         }
       }
@@ -589,7 +624,8 @@ int64_t ClusterBook::PollCommitWatch() {
     }
     MutexLock lock(&mu_);
     auto it = commit_watch_.find(step);
-    if (it == commit_watch_.end() || it->second.next_ns > now) continue;  // published again meanwhile
+    if (it == commit_watch_.end() || it->second.next_ns > now)
+      continue;  // published again meanwhile
     if (done || --it->second.polls_left <= 0) {
       commit_watch_.erase(it);
       continue;
@@ -599,7 +635,8 @@ int64_t ClusterBook::PollCommitWatch() {
   }
   MutexLock lock(&mu_);
   int64_t next = 0;
-  for (const auto& [step, w] : commit_watch_) next = next == 0 ? w.next_ns : std::min(next, w.next_ns);
+  for (const auto& [step, w] : commit_watch_)
+    next = next == 0 ? w.next_ns : std::min(next, w.next_ns);
   return next;
 }
 
@@ -635,12 +672,14 @@ Status ClusterBook::RemoveFromBucket(const std::string& step_path) {
   std::vector<std::string> keys;
   for (const auto& obj : *listed) keys.push_back(obj.key);
   for (size_t i = 0; i < keys.size(); i += 1000) {
-    std::vector<std::string> batch(keys.begin() + i, keys.begin() + std::min(keys.size(), i + 1000));
+    std::vector<std::string> batch(keys.begin() + i,
+                                   keys.begin() + std::min(keys.size(), i + 1000));
     counters_.deletes++;
     CKPTFS_RETURN_IF_ERROR(store_->Delete(batch));
   }
   counters_.deletes++;
-  CKPTFS_RETURN_IF_ERROR(store_->Delete({StepIndexKey(step_path, 'p'), StepIndexKey(step_path, 'c')}));
+  CKPTFS_RETURN_IF_ERROR(
+      store_->Delete({StepIndexKey(step_path, 'p'), StepIndexKey(step_path, 'c')}));
   events_->Append({{"event", "cluster_remove"}, {"path", step_path}, {"objects", keys.size()}});
   return Status::Ok();
 }
@@ -683,14 +722,20 @@ bool ClusterBook::Pass() {
       MutexLock lock(&mu_);
       if (!removed_.count(step)) removing_.erase(step);
     } else {
-      events_->Append({{"event", "error"}, {"kind", "cluster_remove"}, {"path", step}, {"error", st.message()}});
+      events_->Append({{"event", "error"},
+                       {"kind", "cluster_remove"},
+                       {"path", step},
+                       {"error", st.message()}});
       StepRemoved(step);  // again on the next pass
     }
   }
   for (const auto& step : republish) {
     Status st = PublishPart(step);
     if (!st.ok()) {
-      events_->Append({{"event", "error"}, {"kind", "cluster_publish"}, {"path", step}, {"error", st.message()}});
+      events_->Append({{"event", "error"},
+                       {"kind", "cluster_publish"},
+                       {"path", step},
+                       {"error", st.message()}});
       PartUploadsChanged(step);  // again on the next pass
     }
   }
@@ -714,7 +759,8 @@ bool ClusterBook::Pass() {
   if (PollAwaitedParts(awaited)) parts_changed_at_ = Now();
   // A node whose upload stalls (or that is down) is not polled 5 times a
   // second for ever.
-  next_parts_poll_ = Now() + (Now() - parts_changed_at_ < kPartsQuietNs ? kPartsPollNs : kPartsIdlePollNs);
+  next_parts_poll_ =
+      Now() + (Now() - parts_changed_at_ < kPartsQuietNs ? kPartsPollNs : kPartsIdlePollNs);
   return true;
 }
 
@@ -787,11 +833,12 @@ void ClusterBook::Loop() {
     // otherwise sleep until signalled (an idle node makes no requests).
     int64_t wait = still_awaiting ? std::max<int64_t>(next_parts_poll_ - Now(), 1'000'000)
                                   : 3600LL * 1'000'000'000;
-    if (next_commit_watch_ != 0) wait = std::min(wait, std::max<int64_t>(next_commit_watch_ - Now(), 1'000'000));
+    if (next_commit_watch_ != 0)
+      wait = std::min(wait, std::max<int64_t>(next_commit_watch_ - Now(), 1'000'000));
     lock.WaitFor(*clock_, cv_, wait, [this] {
       mu_.AssertHeld();
-      return stopping_ || !republish_.empty() || !persisted_.empty() || !removed_.empty() || flush_invalidations_ ||
-             refresh_requested_ || awaiting_ || commit_watch_changed_;
+      return stopping_ || !republish_.empty() || !persisted_.empty() || !removed_.empty() ||
+             flush_invalidations_ || refresh_requested_ || awaiting_ || commit_watch_changed_;
     });
   }
 }
@@ -804,14 +851,14 @@ void ClusterBook::AddStatus(nlohmann::json* status) const {
   if (!options_.conditional_put.empty()) block["conditional_put"] = options_.conditional_put;
   block["refresh_s"] = static_cast<double>(options_.refresh_ns) / 1e9;
   block["requests"] = {{"part_puts", counters_.part_puts.load()},
-        {"part_gets", counters_.part_gets.load()},
-        {"lists", counters_.lists.load()},
-        {"index_puts", counters_.index_puts.load()},
-        {"index_gets", counters_.index_gets.load()},
-        {"decisions", counters_.decisions.load()},
-        {"refreshes", counters_.refreshes.load()},
-        {"deletes", counters_.deletes.load()},
-        {"commit_watch_gets", counters_.commit_watch_gets.load()}};
+                       {"part_gets", counters_.part_gets.load()},
+                       {"lists", counters_.lists.load()},
+                       {"index_puts", counters_.index_puts.load()},
+                       {"index_gets", counters_.index_gets.load()},
+                       {"decisions", counters_.decisions.load()},
+                       {"refreshes", counters_.refreshes.load()},
+                       {"deletes", counters_.deletes.load()},
+                       {"commit_watch_gets", counters_.commit_watch_gets.load()}};
   block["closes_published_later"] = counters_.closes_published_later.load();
 }
 

@@ -50,11 +50,13 @@ struct ClusterBookOptions {
   std::string node;      // --node
   std::string cache_id;  // the cache's identity, in part records
   DecideMode mode = DecideMode::kVotes;
-  int64_t refresh_ns = 1'000'000'000;            // --refresh
-  int64_t publish_timeout_ns = 60'000'000'000;   // a close waits at most this for the bucket
-  int64_t upload_wait_ns = 600'000'000'000;      // a read of another node's file waits at most this (--read-wait)
-  int64_t commit_watch_first_ns = 100'000'000;   // the commit watch's first poll (CommitWatch); tests shorten it
-  const Clock* clock = nullptr;                  // nullptr: the system clock
+  int64_t refresh_ns = 1'000'000'000;           // --refresh
+  int64_t publish_timeout_ns = 60'000'000'000;  // a close waits at most this for the bucket
+  int64_t upload_wait_ns =
+      600'000'000'000;  // a read of another node's file waits at most this (--read-wait)
+  int64_t commit_watch_first_ns =
+      100'000'000;               // the commit watch's first poll (CommitWatch); tests shorten it
+  const Clock* clock = nullptr;  // nullptr: the system clock
   // What the mount's probe found of the store's conditional writes, as
   // status.json names it ("honoured", "ignored", ...; "" = not probed).
   std::string conditional_put;
@@ -85,7 +87,8 @@ class ClusterBook : public ClusterHooks {
   Status PublishClose(const std::string& step_path, const PartRecord::File& closed) override;
   Result<std::vector<PartRecord>> GatherParts(const std::string& step_path) override;
   Result<std::string> ReadPartFile(const std::string& step_path, const PartRecord::File& file,
-                                   const std::string& owner, uint64_t offset, uint64_t length) override;
+                                   const std::string& owner, uint64_t offset,
+                                   uint64_t length) override;
   Result<ClusterStepRecord> DecideStep(const ClusterStepRecord& proposal) override;
   void MaybeRefresh() override;
   Result<PartRecord> AwaitUpload(const std::string& step_path, const std::string& rel_path,
@@ -105,7 +108,7 @@ class ClusterBook : public ClusterHooks {
     std::atomic<uint64_t> index_gets{0};
     std::atomic<uint64_t> decisions{0};
     std::atomic<uint64_t> refreshes{0};
-    std::atomic<uint64_t> deletes{0};  // DeleteObjects requests
+    std::atomic<uint64_t> deletes{0};            // DeleteObjects requests
     std::atomic<uint64_t> commit_watch_gets{0};  // GETs of ~c by the commit watch
     // Not a request: closes whose publication went to the background
     // (PublishClose), the PUT counted in part_puts when it is made.
@@ -180,7 +183,7 @@ class ClusterBook : public ClusterHooks {
   static constexpr int64_t kPartsIdlePollNs = 1'000'000'000;
   static constexpr int64_t kPartsQuietNs = 60'000'000'000;
   int64_t next_parts_poll_ = 0;
-  int64_t parts_changed_at_ = 0;  // when a poll last saw an awaited part move
+  int64_t parts_changed_at_ = 0;                  // when a poll last saw an awaited part move
   std::map<std::string, std::string> part_tags_;  // part record key -> tag when last read
   // The commit watch (WatchForCommit): steps this node published a part of
   // and sees as writing. The first poll comes commit_watch_first_ns after the
@@ -212,7 +215,7 @@ class ClusterBook : public ClusterHooks {
   std::atomic<uint64_t> refresh_generation_{0};  // refreshes begun after a caller looked
   std::atomic<uint64_t> refresh_errors_{0};
   std::atomic<int64_t> retry_refresh_at_{0};  // after a failed refresh: none before this
-  int64_t refresh_backoff_ns_ = 0;              // refresh_mu_ held
+  int64_t refresh_backoff_ns_ = 0;            // refresh_mu_ held
 };
 
 }  // namespace ckptfs

@@ -15,18 +15,18 @@
 #include <thread>
 #include <tuple>
 
+#include "cluster/cluster_book.h"
 #include "data/memory_data_store.h"
 #include "namespace/fs_test_env.h"
 #include "remote/memory_object_store.h"
-#include "cluster/cluster_book.h"
 
 namespace ckptfs::testing {
 namespace {
 
 class Node {
  public:
-  Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0, bool uploads = true,
-       DataStore* data = nullptr, int64_t commit_watch_first_ns = 100'000'000)
+  Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0,
+       bool uploads = true, DataStore* data = nullptr, int64_t commit_watch_first_ns = 100'000'000)
       : env_(Options(name, uploads), data) {
     ClusterBookOptions o;
     o.node = name;
@@ -122,14 +122,16 @@ TEST(ClusterCommitTest, ClosePublishesThePartBeforeItReturns) {
 }
 
 // The part record of run/<step> that node has in the bucket.
-Result<PartRecord> PartInBucket(ObjectStore& bucket, const std::string& step, const std::string& node) {
+Result<PartRecord> PartInBucket(ObjectStore& bucket, const std::string& step,
+                                const std::string& node) {
   auto body = bucket.GetRange(PartRecordKey("run/" + step, node), 0, UINT64_MAX);
   if (!body.ok()) return body.status();
   return DecodePartRecord(*body);
 }
 
 // Opens a new file for writing on the node and writes data into it.
-FileHandle* CreateAndWrite(Node& n, uint64_t dir, const std::string& name, const std::string& data) {
+FileHandle* CreateAndWrite(Node& n, uint64_t dir, const std::string& name,
+                           const std::string& data) {
   auto open = n.fs().Create(kRoot, dir, name, 0644, O_WRONLY);
   EXPECT_TRUE(open.ok()) << open.status().ToString();
   if (!open.ok()) return nullptr;
@@ -158,7 +160,8 @@ TEST(ClusterCommitTest, ACloseAfterAnFsyncLeavesItsPutToTheBackground) {
   // Until that PUT is made, the committing node waits for b's open writer.
   a.Commit(step_a);
   EXPECT_EQ(a.State(step_a), "writing");
-  EXPECT_NE(a.Xattr(step_a, "user.ckptfs.error").find("open for writing on node b"), std::string::npos)
+  EXPECT_NE(a.Xattr(step_a, "user.ckptfs.error").find("open for writing on node b"),
+            std::string::npos)
       << a.Xattr(step_a, "user.ckptfs.error");
   b.book().RunOnceForTest();  // the book's thread makes it
   EXPECT_EQ(b.book().counters().part_puts.load(), puts + 1);
@@ -218,7 +221,8 @@ class SyncHookedData final : public DataStore {
   Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override {
     auto file = data_.Open(ino, create);
     if (!file.ok()) return file.status();
-    return std::unique_ptr<BackingFile>(std::make_unique<HookedFile>(std::move(file).value(), &on_sync_));
+    return std::unique_ptr<BackingFile>(
+        std::make_unique<HookedFile>(std::move(file).value(), &on_sync_));
   }
   Status Remove(uint64_t ino) override { return data_.Remove(ino); }
   Status SyncDir() override { return data_.SyncDir(); }
@@ -233,7 +237,9 @@ class SyncHookedData final : public DataStore {
    public:
     HookedFile(std::unique_ptr<BackingFile> file, std::function<void()>* on_sync)
         : file_(std::move(file)), on_sync_(on_sync) {}
-    Result<size_t> PRead(void* buf, size_t n, uint64_t offset) override { return file_->PRead(buf, n, offset); }
+    Result<size_t> PRead(void* buf, size_t n, uint64_t offset) override {
+      return file_->PRead(buf, n, offset);
+    }
     Result<size_t> PWrite(const void* buf, size_t n, uint64_t offset) override {
       return file_->PWrite(buf, n, offset);
     }
@@ -266,7 +272,8 @@ TEST(ClusterCommitTest, FsyncPublishesThePartWhileTheFileSyncs) {
     while (std::chrono::steady_clock::now() < give_up) {
       auto body = bucket.GetRange(PartRecordKey("run/step1", "a"), 0, UINT64_MAX);
       auto part = body.ok() ? DecodePartRecord(*body) : Result<PartRecord>(body.status());
-      if (part.ok() && part->files.size() == 1 && part->files[0].path == "x" && part->files[0].size == 3) {
+      if (part.ok() && part->files.size() == 1 && part->files[0].path == "x" &&
+          part->files[0].size == 3) {
         seen_during_sync = true;
         return;
       }
@@ -394,7 +401,8 @@ TEST(ClusterCommitTest, ANodeThatPublishedLearnsTheCommitWithoutALookup) {
   b.book().RunOnceForTest();
   EXPECT_EQ(b.CommitterOf("run/step1"), "a");
   EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 1u);
-  EXPECT_EQ(b.book().counters().refreshes.load(), refreshes) << "learnt by a refresh, not by the watch";
+  EXPECT_EQ(b.book().counters().refreshes.load(), refreshes)
+      << "learnt by a refresh, not by the watch";
   // Learnt, the watch ends: later passes ask nothing.
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   b.book().RunOnceForTest();
@@ -683,7 +691,9 @@ TEST(ClusterCommitTest, APersistPollGetsOnlyThePartsThatMovedSinceItLastReadThem
     return std::pair<uint64_t, uint64_t>(a.book().counters().part_gets.load() - gets,
                                          a.book().counters().lists.load() - lists);
   };
-  auto uploaded = [&](const char* node) { ASSERT_EQ(MarkPartUploaded(&bucket, node).files.size(), 1u); };
+  auto uploaded = [&](const char* node) {
+    ASSERT_EQ(MarkPartUploaded(&bucket, node).files.size(), 1u);
+  };
   poll();  // the first look reads what it has not read yet
   EXPECT_EQ(a.fs().PartsAwaited().size(), 2u);
   EXPECT_EQ(poll(), (std::pair<uint64_t, uint64_t>(0, 1))) << "nothing moved: one LIST, no GET";

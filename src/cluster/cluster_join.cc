@@ -35,7 +35,9 @@ std::string Dump(const OrderedJson& j) {
 // The top-level object of body with "format" == format and "version" ==
 // kVersion; EIO "<kind>: <why>" otherwise.
 Result<Json> ParseHeader(const std::string& body, const char* kind, const char* format) {
-  auto bad = [&](const std::string& why) { return Status::Error(EIO, std::string(kind) + ": " + why); };
+  auto bad = [&](const std::string& why) {
+    return Status::Error(EIO, std::string(kind) + ": " + why);
+  };
   Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("not JSON");
   if (!j.is_object()) return bad("not a JSON object");
@@ -64,16 +66,18 @@ Status StringField(const Json& j, const char* kind, const char* name, std::strin
 // The body at key, or nullopt when there is none. A body that decode
 // refuses is read again a few times (a write in progress), then is EIO
 // naming the key.
-Result<std::optional<std::string>> ReadValid(ObjectStore* store, const std::string& key,
-                                             const std::function<Status(const std::string&)>& decode) {
+Result<std::optional<std::string>> ReadValid(
+    ObjectStore* store, const std::string& key,
+    const std::function<Status(const std::string&)>& decode) {
   Status last;
   for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(kReadRetryDelay);
     auto body = store->GetRange(key, 0, kMaxBodyBytes);
     if (body.err() == ENOENT) return std::optional<std::string>();
     if (!body.ok()) return body.status().Annotate("reading " + key);
-    last = body->size() >= kMaxBodyBytes ? Status::Error(EIO, "larger than " + std::to_string(kMaxBodyBytes) + " bytes")
-                                         : decode(*body);
+    last = body->size() >= kMaxBodyBytes
+               ? Status::Error(EIO, "larger than " + std::to_string(kMaxBodyBytes) + " bytes")
+               : decode(*body);
     if (last.ok()) return std::optional<std::string>(std::move(body).value());
   }
   return Status::Error(EIO, "the remote object " + key + " is damaged (" + last.message() +
@@ -83,8 +87,10 @@ Result<std::optional<std::string>> ReadValid(ObjectStore* store, const std::stri
 // Put where nobody has written yet. Stores that accept the condition get
 // it even when the probe found it ignored: where it is honoured after all it
 // keeps the first writer's body, and where it is ignored it is a Put.
-Status PutFirst(ObjectStore* store, ConditionalPut probe, const std::string& key, const std::string& body) {
-  Status st = probe == ConditionalPut::kUnsupported ? store->Put(key, body) : store->PutIfAbsent(key, body);
+Status PutFirst(ObjectStore* store, ConditionalPut probe, const std::string& key,
+                const std::string& body) {
+  Status st =
+      probe == ConditionalPut::kUnsupported ? store->Put(key, body) : store->PutIfAbsent(key, body);
   if (st.err() == EOPNOTSUPP) st = store->Put(key, body);
   if (st.err() == EEXIST) return Status::Ok();  // someone was first: the caller reads it back
   return st.Annotate("writing " + key);
@@ -97,31 +103,34 @@ Result<DecideMode> PinMode(ObjectStore* store, ConditionalPut probe, std::string
   if (!pinned->has_value()) {
     // The first cluster mount of this bucket chooses; votes are correct on
     // any store, conditional puts only where the condition holds.
-    const DecideMode chosen = probe == ConditionalPut::kSupported ? DecideMode::kConditionalPut : DecideMode::kVotes;
+    const DecideMode chosen =
+        probe == ConditionalPut::kSupported ? DecideMode::kConditionalPut : DecideMode::kVotes;
     CKPTFS_RETURN_IF_ERROR(PutFirst(store, probe, kClusterFileKey, EncodeClusterFile(chosen)));
     pinned = ReadValid(store, kClusterFileKey, decode);
     if (!pinned.ok()) return pinned.status();
     if (!pinned->has_value()) {
-      return Status::Error(EIO, std::string(kClusterFileKey) + " vanished right after it was written");
+      return Status::Error(EIO,
+                           std::string(kClusterFileKey) + " vanished right after it was written");
     }
   }
   *pinned_body = **pinned;
   auto mode = DecodeClusterFile(*pinned_body);
   if (!mode.ok()) return mode.status();
   if (*mode == DecideMode::kConditionalPut && probe != ConditionalPut::kSupported) {
-    return Status::Error(EOPNOTSUPP,
-                         std::string("the remote is pinned to deciding by conditional puts (") + kClusterFileKey +
-                             " says \"conditional-put\"), but conditional puts are " + ConditionalPutName(probe) +
-                             " by the store as this node reaches it (If-None-Match: * " +
-                             (probe == ConditionalPut::kIgnored ? "did not stop an overwrite" : "was refused") +
-                             "): deciding differently from the other nodes would break agreement; reach the "
-                             "store without what drops the condition (a proxy, another endpoint)");
+    return Status::Error(
+        EOPNOTSUPP,
+        std::string("the remote is pinned to deciding by conditional puts (") + kClusterFileKey +
+            " says \"conditional-put\"), but conditional puts are " + ConditionalPutName(probe) +
+            " by the store as this node reaches it (If-None-Match: * " +
+            (probe == ConditionalPut::kIgnored ? "did not stop an overwrite" : "was refused") +
+            "): deciding differently from the other nodes would break agreement; reach the "
+            "store without what drops the condition (a proxy, another endpoint)");
   }
   return mode;
 }
 
-Status Register(ObjectStore* store, ConditionalPut probe, const std::string& node, const std::string& cache_id,
-                const std::string& host) {
+Status Register(ObjectStore* store, ConditionalPut probe, const std::string& node,
+                const std::string& cache_id, const std::string& host) {
   const std::string key = NodeRegistrationKey(node);
   const std::string mine = EncodeNodeRegistration(node, cache_id, host);
   auto decode = [&](const std::string& b) -> Status {
@@ -133,8 +142,9 @@ Status Register(ObjectStore* store, ConditionalPut probe, const std::string& nod
     return Status::Ok();
   };
   auto taken_by = [&](const NodeRegistration& r) {
-    return Status::Error(EEXIST, "node name '" + node + "' is used by cache " + r.cache_id + " on host " +
-                                     QuoteForMessage(r.host) + "; pick another --node (or remove " + key +
+    return Status::Error(EEXIST, "node name '" + node + "' is used by cache " + r.cache_id +
+                                     " on host " + QuoteForMessage(r.host) +
+                                     "; pick another --node (or remove " + key +
                                      " from the remote if that cache is gone)");
   };
   auto found = ReadValid(store, key, decode);
@@ -187,7 +197,8 @@ std::string NodeRegistrationKey(const std::string& node) {
   return std::string(kNodeRegistryDir) + "/" + node + ".json";
 }
 
-std::string EncodeNodeRegistration(const std::string& node, const std::string& cache_id, const std::string& host) {
+std::string EncodeNodeRegistration(const std::string& node, const std::string& cache_id,
+                                   const std::string& host) {
   OrderedJson j = OrderedJson::object();
   j["format"] = kNodeFormat;
   j["version"] = kVersion;
@@ -209,8 +220,8 @@ Result<NodeRegistration> DecodeNodeRegistration(const std::string& body) {
   return r;
 }
 
-Result<ClusterMembership> JoinCluster(ObjectStore* store, const std::string& node, const std::string& cache_id,
-                                      const std::string& host) {
+Result<ClusterMembership> JoinCluster(ObjectStore* store, const std::string& node,
+                                      const std::string& cache_id, const std::string& host) {
   CKPTFS_RETURN_IF_ERROR(ValidateNodeName(node));
   if (cache_id.empty()) return Status::Error(EINVAL, "JoinCluster: empty cache id");
   const std::string where = "joining the cluster in " + store->Describe() + " as node " + node;

@@ -37,10 +37,10 @@ inline constexpr const char* kProbeDir = ".ckptfs-probe";
 
 struct ClusterMembership {
   std::string node;
-  DecideMode mode = DecideMode::kVotes;  // pinned in .ckptfs-cluster.json
+  DecideMode mode = DecideMode::kVotes;                 // pinned in .ckptfs-cluster.json
   ConditionalPut probe = ConditionalPut::kUnsupported;  // what this node found
-  std::string cluster_json;  // the pinned file's bytes
-  std::string cache_id;      // this node's cache (set by the mount)
+  std::string cluster_json;                             // the pinned file's bytes
+  std::string cache_id;                                 // this node's cache (set by the mount)
 };
 
 // "conditional-put" or "votes", as in .ckptfs-cluster.json and status.json.

@@ -27,11 +27,14 @@ TEST(ClusterJoinTest, FirstNodePinsConditionalPutWhereItHolds) {
   EXPECT_EQ(m->node, "gpu-000");
   EXPECT_EQ(m->probe, ConditionalPut::kSupported);
   EXPECT_EQ(m->mode, DecideMode::kConditionalPut);
-  const std::string pinned = R"({"format":"ckptfs-cluster","version":1,"decide":"conditional-put"})" "\n";
+  const std::string pinned = R"({"format":"ckptfs-cluster","version":1,"decide":"conditional-put"})"
+                             "\n";
   EXPECT_EQ(m->cluster_json, pinned);
   EXPECT_EQ(Body(&store, ".ckptfs-cluster.json"), pinned);
-  EXPECT_EQ(Body(&store, ".ckptfs-nodes/gpu-000.json"),
-            R"({"format":"ckptfs-node","version":1,"node":"gpu-000","cache_id":"c0","host":"host0"})" "\n");
+  EXPECT_EQ(
+      Body(&store, ".ckptfs-nodes/gpu-000.json"),
+      R"({"format":"ckptfs-node","version":1,"node":"gpu-000","cache_id":"c0","host":"host0"})"
+      "\n");
   // The probe's scratch key is gone: only the two records remain.
   auto listed = store.List("");
   ASSERT_TRUE(listed.ok());
@@ -47,7 +50,8 @@ TEST(ClusterJoinTest, StoreIgnoringConditionsPinsVotes) {
   EXPECT_EQ(m->probe, ConditionalPut::kIgnored);
   EXPECT_EQ(m->mode, DecideMode::kVotes);
   EXPECT_EQ(Body(&store, ".ckptfs-cluster.json"),
-            R"({"format":"ckptfs-cluster","version":1,"decide":"votes"})" "\n");
+            R"({"format":"ckptfs-cluster","version":1,"decide":"votes"})"
+            "\n");
 }
 
 TEST(ClusterJoinTest, StoreRefusingConditionsPinsVotesWithPlainPuts) {
@@ -100,7 +104,9 @@ TEST(ClusterJoinTest, NodeNameOfAnotherCacheIsRefused) {
   auto again = JoinCluster(&store, "gpu-1", "cache-two", "beta");
   ASSERT_EQ(again.err(), EEXIST) << again.status().ToString();
   const std::string& msg = again.status().message();
-  EXPECT_NE(msg.find("node name 'gpu-1' is used by cache cache-one on host 'alpha'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("node name 'gpu-1' is used by cache cache-one on host 'alpha'"),
+            std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("pick another --node"), std::string::npos) << msg;
   EXPECT_NE(msg.find(".ckptfs-nodes/gpu-1.json"), std::string::npos) << msg;
   // The registration is untouched.
@@ -123,13 +129,15 @@ TEST(ClusterJoinTest, DamagedFilesAreEioNamingTheKey) {
   ASSERT_TRUE(store.Put(".ckptfs-cluster.json", "{\"format\":\"ckptfs-cluster\",\"vers").ok());
   auto m = JoinCluster(&store, "a", "c", "h");
   ASSERT_EQ(m.err(), EIO) << m.status().ToString();
-  EXPECT_NE(m.status().message().find(".ckptfs-cluster.json"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find(".ckptfs-cluster.json"), std::string::npos)
+      << m.status().message();
 
   ASSERT_TRUE(store.Put(".ckptfs-cluster.json", EncodeClusterFile(DecideMode::kVotes)).ok());
   ASSERT_TRUE(store.Put(".ckptfs-nodes/a.json", "garbage").ok());
   m = JoinCluster(&store, "a", "c", "h");
   ASSERT_EQ(m.err(), EIO) << m.status().ToString();
-  EXPECT_NE(m.status().message().find(".ckptfs-nodes/a.json"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find(".ckptfs-nodes/a.json"), std::string::npos)
+      << m.status().message();
 
   // A registration that names another node under this one's key.
   ASSERT_TRUE(store.Put(".ckptfs-nodes/a.json", EncodeNodeRegistration("b", "c", "h")).ok());
@@ -148,14 +156,16 @@ TEST(ClusterJoinTest, StoreErrorsAreReturned) {
 
 TEST(ClusterJoinTest, ClusterFileDecoding) {
   EXPECT_EQ(*DecodeClusterFile(EncodeClusterFile(DecideMode::kVotes)), DecideMode::kVotes);
-  EXPECT_EQ(*DecodeClusterFile(EncodeClusterFile(DecideMode::kConditionalPut)), DecideMode::kConditionalPut);
+  EXPECT_EQ(*DecodeClusterFile(EncodeClusterFile(DecideMode::kConditionalPut)),
+            DecideMode::kConditionalPut);
   // Unknown keys are ignored; key order does not matter to a reader.
   EXPECT_EQ(*DecodeClusterFile(R"({"decide":"votes","version":1,"format":"ckptfs-cluster","x":2})"),
             DecideMode::kVotes);
-  for (const char* bad : {"", "[]", "{}", R"({"format":"ckptfs-cluster","version":2,"decide":"votes"})",
-                          R"({"format":"ckptfs-node","version":1,"decide":"votes"})",
-                          R"({"format":"ckptfs-cluster","version":1,"decide":"paxos"})",
-                          R"({"format":"ckptfs-cluster","version":"1","decide":"votes"})"}) {
+  for (const char* bad :
+       {"", "[]", "{}", R"({"format":"ckptfs-cluster","version":2,"decide":"votes"})",
+        R"({"format":"ckptfs-node","version":1,"decide":"votes"})",
+        R"({"format":"ckptfs-cluster","version":1,"decide":"paxos"})",
+        R"({"format":"ckptfs-cluster","version":"1","decide":"votes"})"}) {
     EXPECT_EQ(DecodeClusterFile(bad).err(), EIO) << bad;
   }
 }

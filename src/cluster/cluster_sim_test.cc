@@ -93,6 +93,7 @@
 #include <utility>
 #include <vector>
 
+#include "cluster/cluster_book.h"
 #include "common/clock.h"
 #include "control/event_log.h"
 #include "data/memory_data_store.h"
@@ -102,7 +103,6 @@
 #include "namespace/filesystem.h"
 #include "namespace/fs_test_env.h"
 #include "remote/memory_object_store.h"
-#include "cluster/cluster_book.h"
 #include "tiering/remote_tier.h"
 #include "tiering/remote_tier_test_util.h"
 

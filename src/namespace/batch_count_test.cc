@@ -133,5 +133,33 @@ TEST(BatchCountTest, RemovingACommittedStepIsOneBatch) {
   EXPECT_EQ(BatchesOf(env, [&] { ASSERT_TRUE(fs.Rmdir(run, "step1").ok()); }), 1);
 }
 
+// The tier's queries only read; what they used to tidy as they read (queue
+// entries with nothing to upload) is RepairUploadQueue's one change.
+TEST(BatchCountTest, TheTiersQueriesWriteNothingAndTheRepairIsOneBatch) {
+  FsEnv env(WithRemote());
+  FileSystem& fs = env.fs();
+  const uint64_t run = Mkdir(fs, kRootIno, "run");
+  const uint64_t step = Mkdir(fs, run, "step1");
+  const uint64_t scratch = Mkdir(fs, kRootIno, "scratch");
+  WriteFile(fs, step, "model.pt", "weights");
+  WriteFile(fs, step, "moved.pt", "gone elsewhere");
+  // Out of every step and run directory: its queued upload has nothing to do.
+  ASSERT_TRUE(fs.Rename(step, "moved.pt", scratch, "moved.pt", 0).ok());
+  fs.RequestCommit(step);
+  env.DrainCommits();
+  ASSERT_EQ(*fs.GetXattr(step, "user.ckptfs.state"), "committed");
+
+  std::vector<TierPort::UploadJob> jobs;
+  EXPECT_EQ(BatchesOf(env, [&] { jobs = fs.NextUploads(10, {}); }), 0);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].key, "run/step1/model.pt");
+  // Not uploaded yet: nothing to persist, and asking writes nothing.
+  EXPECT_EQ(BatchesOf(env, [&] { EXPECT_TRUE(fs.StepsToPersist().empty()); }), 0);
+  // The repair drops the dead entry, once.
+  EXPECT_EQ(BatchesOf(env, [&] { fs.RepairUploadQueue(); }), 1);
+  EXPECT_EQ(BatchesOf(env, [&] { fs.RepairUploadQueue(); }), 0);
+  EXPECT_EQ(fs.NextUploads(10, {}).size(), 1u);
+}
+
 }  // namespace
 }  // namespace ckptfs::testing

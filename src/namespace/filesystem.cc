@@ -47,6 +47,8 @@ VirtualNodes* FileSystem::VirtualNodesFor(uint64_t ino) const {
 FileSystem::~FileSystem() {
   // Persist sizes of files still open so a clean stop loses no metadata.
   MutexLock lock(&mu_);
+  // Not a Transaction: when the manifest failed earlier and still fails,
+  // these records are dropped rather than kept (nothing would retry them).
   ManifestBatch batch;
   for (auto& [ino, inode] : inodes_) {
     if (inode->dirty && inode->rec.nlink > 0) InodeTable::Put(*inode, &batch);

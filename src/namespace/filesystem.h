@@ -8,12 +8,11 @@
 // namespace"): InodeTable (inodes, names, links), StepBook (steps, states,
 // commit requests), TierLedger (uploads, object keys, claims, run-level
 // files), ManifestJournal (writing batches, failures). All of them are
-// guarded by the one mutex mu_: an operation takes it, asks the owners, which
-// append their changes to a ManifestBatch, and writes it before letting go,
-// so the manifest's order is the order of changes. Most operations write one
-// batch; a close, a rename that asks for a commit and a commit write more
-// (docs/architecture.md lists them). StepBook's transitions are the only
-// code that sets a step's state. File data
+// guarded by the one mutex mu_: an operation takes it, begins a Transaction,
+// asks the owners, which add their changes to the transaction's batch, and
+// writes it once before letting go, so each operation is one manifest batch
+// and the manifest's order is the order of changes. StepBook's transitions
+// are the only code that sets a step's state. File data
 // goes to backing files in the DataStore, outside mu_.
 //
 // Virtual nodes (/.ckptfs, `latest` links, `.full/` views) are routed at one
@@ -43,8 +42,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "namespace/access_check.h"
-#include "namespace/backing_registry.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/status.h"
@@ -52,23 +49,26 @@
 #include "control/metrics.h"
 #include "data/data_store.h"
 #include "data/metadata_reserve.h"
-#include "namespace/step_pattern.h"
+#include "formats/commit_object.h"
 #include "manifest/manifest_store.h"
 #include "manifest/schema.h"
-#include "namespace/inode.h"
-#include "namespace/fs_types.h"
-#include "namespace/inode_table.h"
+#include "namespace/access_check.h"
+#include "namespace/backing_registry.h"
 #include "namespace/cluster_hooks.h"
 #include "namespace/cluster_port.h"
 #include "namespace/commit_port.h"
+#include "namespace/fs_types.h"
+#include "namespace/inode.h"
+#include "namespace/inode_table.h"
 #include "namespace/manifest_journal.h"
 #include "namespace/step_book.h"
-#include "namespace/tier_port.h"
-#include "namespace/virtual_nodes.h"
+#include "namespace/step_pattern.h"
 #include "namespace/tier_hooks.h"
 #include "namespace/tier_ledger.h"
+#include "namespace/tier_port.h"
+#include "namespace/transaction.h"
+#include "namespace/virtual_nodes.h"
 #include "retention/retention_planner.h"
-#include "formats/commit_object.h"
 
 namespace ckptfs {
 
@@ -363,7 +363,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   std::optional<ObjectRecord> ObjectRecordFor(uint64_t ino, const std::string& key) override;
   Status ImportStep(const CommitObject& obj) override;
   std::set<std::string> StepPathsBeingDeleted() override;
-  void QueueRunFileUploads() override;
+  void RepairUploadQueue() override;
   Result<size_t> ImportRunFiles(const std::vector<RemoteObject>& objects) override;
 
   // Upload progress and persisted state, for status.json and xattrs.
@@ -465,13 +465,9 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // Drops a link; deletes the inode when the last link and handle are gone
   // (its data through the GC queue).
   void DropLinkLocked(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
-  // Writes a batch whose change the in-memory image already holds
-  // (ManifestJournal::Apply: kept and written later when the manifest cannot
-  // take it now).
-  Status ApplyLocked(const ManifestBatch& batch, bool sync, bool keep_on_failure = true)
-      REQUIRES(mu_) {
-    return journal_.Apply(batch, sync, keep_on_failure);
-  }
+  // Begins one change (namespace/transaction.h): the operation changes the
+  // image and adds its records to the transaction, written once at its end.
+  Transaction BeginLocked() REQUIRES(mu_) { return Transaction(&journal_); }
   // Step records follow directory names (mkdir, rename, rmdir).
   void ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool* commit_now) REQUIRES(mu_);
   // A directory moved into a step, or renamed into one, takes the steps
@@ -566,7 +562,26 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   Status AwaitOwnerUpload(FileHandle* fh) EXCLUDES(mu_);
   Result<PartRecord> PartSnapshotLocked(const std::string& step_path) REQUIRES(mu_);
   void CollectPartLocked(Inode* dir, PartRecord* part) REQUIRES(mu_);
+  // The materialiser (filesystem_materialize.cc): a committed step's tree
+  // built from a record, by import and cluster apply alike. The directories
+  // of rel below base, made where missing (EIO for a file in the way or an
+  // invalid name).
   Result<Inode*> EnsureDirPathLocked(Inode* base, const std::string& rel, ManifestBatch* batch) REQUIRES(mu_);
+  // A file of the step whose bytes are in the bucket: sealed, at
+  // f.path below step_dir (its directories made), pointing at f.object.
+  struct SealedFile {
+    std::string path;  // relative to the step
+    uint32_t mode = 0644;
+    int64_t mtime_ns = 0;
+    timespec ctime{};
+    ObjectRecord object;  // key, size, version, CRCs; owner_node for a cluster file
+  };
+  Result<Inode*> AddSealedFileLocked(Inode* step_dir, const SealedFile& f, ManifestBatch* batch)
+      REQUIRES(mu_);
+  // keep_existing: an entry already at path stays (a cluster apply on a node
+  // that has the link); otherwise it is a duplicate (EIO).
+  Status AddSealedSymlinkLocked(Inode* step_dir, const std::string& path, const std::string& target,
+                                bool keep_existing, ManifestBatch* batch) REQUIRES(mu_);
   // Makes the step the record says (sealing this node's files, adding the
   // other nodes' as remote, dropping local files it does not list), in batch.
   Status ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStepRecord& record, ManifestBatch* batch,
@@ -600,9 +615,17 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   bool ObjectIsCurrent(const Inode& inode, const std::string& path) const;
   // Run-level files (filesystem_tiering.cc); REQUIRES: mu_ held.
   // Exact: a step directly in dir (walks its entries). the ledger's run_dirs() holds the
-  // same answer as of the last QueueRunFileUploads, for checks on hot paths.
+  // same answer as of the last RepairUploadQueue, for checks on hot paths.
   bool HoldsStepLocked(const Inode& dir) const REQUIRES(mu_);
   bool IsRunFileLocked(const Inode& inode) const REQUIRES(mu_);
+  // A queued upload of inode has something to upload: the file exists and
+  // is in a step or is a run-level file.
+  bool HasUploadLocked(Inode* inode) REQUIRES(mu_);
+  // RepairUploadQueue's parts: the run directories, the run-level files to
+  // queue, and the files of committed steps not uploaded where they are now.
+  void RefreshRunDirsLocked() REQUIRES(mu_);
+  void QueueRunFilesLocked(ManifestBatch* batch) REQUIRES(mu_);
+  void QueueStrandedStepFilesLocked(ManifestBatch* batch) REQUIRES(mu_);
   // What the file's current version waits for: the steps of its run that
   // may be the one it names and are not persisted.
   RunFileWait RunFileWaitLocked(const Inode& file) REQUIRES(mu_);

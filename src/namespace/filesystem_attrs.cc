@@ -96,10 +96,10 @@ Result<Attr> FileSystem::SetAttr(uint64_t ino, const SetAttrRequest& req, FileHa
   if (req.mtime_now) inode->rec.mtime = now;
   else if (req.mtime) inode->rec.mtime = *req.mtime;
   inode->rec.ctime = now;
-  ManifestBatch batch;
-  InodeTable::Put(*inode, &batch);
+  Transaction txn = BeginLocked();
+  InodeTable::Put(*inode, txn.batch());
   inode->dirty = false;
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   return Attr{StatOf(*inode), options_.attr_timeout};
 }
 
@@ -109,10 +109,10 @@ void FileSystem::DropSetIdBits(FileHandle* fh) {
   if (!inode || !inode->is_reg() || ModeWithoutSetId(inode->rec.mode) == inode->rec.mode) return;
   inode->rec.mode = ModeWithoutSetId(inode->rec.mode);  // O_TRUNC: no write to ride with
   inode->rec.ctime = clock_->Now();
-  ManifestBatch batch;
-  InodeTable::Put(*inode, &batch);
+  Transaction txn = BeginLocked();
+  InodeTable::Put(*inode, txn.batch());
   inode->dirty = false;
-  (void)ApplyLocked(batch, false);  // a failed write is kept and reported by the journal
+  (void)txn.Write();  // a failed write is kept and reported by the journal
 }
 
 Result<std::string> FileSystem::GetXattr(uint64_t ino, const std::string& name) {
@@ -197,10 +197,10 @@ Status FileSystem::SetXattr(uint64_t ino, const std::string& name, const std::st
   }
   inode->xattrs[name] = value;
   inode->rec.ctime = clock_->Now();
-  ManifestBatch batch;
-  batch.Put(KeySpace::kXattrs, XattrKey(ino, name), value);
-  InodeTable::Put(*inode, &batch);
-  return ApplyLocked(batch, false);
+  Transaction txn = BeginLocked();
+  txn.batch()->Put(KeySpace::kXattrs, XattrKey(ino, name), value);
+  InodeTable::Put(*inode, txn.batch());
+  return txn.Write();
 }
 
 Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
@@ -215,10 +215,10 @@ Status FileSystem::RemoveXattr(uint64_t ino, const std::string& name) {
   }
   if (!inode->xattrs.erase(name)) return Status::Error(ENODATA, name + " does not exist");
   inode->rec.ctime = clock_->Now();
-  ManifestBatch batch;
-  batch.Delete(KeySpace::kXattrs, XattrKey(ino, name));
-  InodeTable::Put(*inode, &batch);
-  return ApplyLocked(batch, false);
+  Transaction txn = BeginLocked();
+  txn.batch()->Delete(KeySpace::kXattrs, XattrKey(ino, name));
+  InodeTable::Put(*inode, txn.batch());
+  return txn.Write();
 }
 
 Result<struct statvfs> FileSystem::StatFs() {

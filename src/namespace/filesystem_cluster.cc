@@ -212,34 +212,6 @@ std::map<std::string, ClusterPort::StepView> FileSystem::StepViews() {
   return out;
 }
 
-Result<Inode*> FileSystem::EnsureDirPathLocked(Inode* base, const std::string& rel, ManifestBatch* batch) {
-  Inode* at = base;
-  size_t start = 0;
-  while (start < rel.size()) {
-    size_t end = rel.find('/', start);
-    if (end == std::string::npos) end = rel.size();
-    const std::string part = rel.substr(start, end - start);
-    if (!CheckName(part).ok() || part == "." || part == "..") {
-      return Status::Error(EIO, "invalid path component '" + part + "' in " + rel);
-    }
-    auto it = at->children.find(part);
-    Inode* next = it == at->children.end() ? nullptr : inodes_.Find(it->second.ino);
-    if (!next) {
-      const Caller owner{.uid = base->rec.uid, .gid = base->rec.gid};
-      auto made = NewInodeLocked(owner, at->rec.ino, part, S_IFDIR | 0755, batch);
-      if (!made.ok()) return made.status();
-      inodes_.AddChild(at, part, *made, clock_->Now(), batch);
-      InodeTable::Put(*at, batch);
-      next = *made;
-    } else if (!next->is_dir()) {
-      return Status::Error(EIO, part + " is a file here and a directory in the cluster's record");
-    }
-    at = next;
-    start = end + 1;
-  }
-  return at;
-}
-
 Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStepRecord& record,
                                             ManifestBatch* batch, std::vector<uint64_t>* sealed) {
   Inode* dir = inodes_.Find(step_ino);
@@ -292,23 +264,12 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
         DropLinkLocked(inode, batch);
       }
     }
-    const size_t slash = f.path.rfind('/');
-    const std::string leaf = slash == std::string::npos ? f.path : f.path.substr(slash + 1);
-    auto parent = EnsureDirPathLocked(dir, slash == std::string::npos ? "" : f.path.substr(0, slash), batch);
-    if (!parent.ok()) return parent.status();
-    if ((*parent)->children.count(leaf)) return Status::Error(EIO, "duplicate " + f.path + " in the step record");
-    const Caller owner{.uid = dir->rec.uid, .gid = dir->rec.gid};
-    auto made = NewInodeLocked(owner, (*parent)->rec.ino, leaf, S_IFREG | (f.mode & 07777), batch);
-    if (!made.ok()) return made.status();
-    Inode* file = *made;
-    file->rec.size = f.size;
-    file->rec.sealed = true;
-    file->rec.mtime = NanosToTimespec(f.mtime_ns);
-    file->rec.ctime = SecondsToTimespec(record.committed_at);
-    file->backing_unsynced = false;
-    InodeTable::Put(*file, batch);
-    inodes_.AddChild(*parent, leaf, file, clock_->Now(), batch);
-    ObjectRecord obj;
+    SealedFile sealed_file;
+    sealed_file.path = f.path;
+    sealed_file.mode = f.mode;
+    sealed_file.mtime_ns = f.mtime_ns;
+    sealed_file.ctime = SecondsToTimespec(record.committed_at);
+    ObjectRecord& obj = sealed_file.object;
     obj.key = record.step_path + "/" + f.path;
     obj.size = f.size;
     obj.mtime_ns = f.mtime_ns;
@@ -318,23 +279,12 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
     obj.resident = f.size == 0;
     obj.crc_known = f.size == 0;
     obj.owner_node = f.node;
-    file->object = obj;
-    ledger_.SetObjectOwner(obj.key, file->rec.ino);
-    batch->Put(KeySpace::kObjects, InoKey(file->rec.ino), EncodeObject(obj));
+    CKPTFS_RETURN_IF_ERROR(AddSealedFileLocked(dir, sealed_file, batch).status());
   }
   for (const auto& s : record.symlinks) {
-    const size_t slash = s.path.rfind('/');
-    const std::string leaf = slash == std::string::npos ? s.path : s.path.substr(slash + 1);
-    auto parent = EnsureDirPathLocked(dir, slash == std::string::npos ? "" : s.path.substr(0, slash), batch);
-    if (!parent.ok()) return parent.status();
-    if ((*parent)->children.count(leaf)) continue;
-    const Caller owner{.uid = dir->rec.uid, .gid = dir->rec.gid};
-    auto link = NewInodeLocked(owner, (*parent)->rec.ino, leaf, S_IFLNK | 0777, batch);
-    if (!link.ok()) return link.status();
-    (*link)->rec.symlink_target = s.target;
-    (*link)->rec.sealed = true;
-    InodeTable::Put(**link, batch);
-    inodes_.AddChild(*parent, leaf, *link, clock_->Now(), batch);
+    // A link this node already has under the name stays.
+    CKPTFS_RETURN_IF_ERROR(
+        AddSealedSymlinkLocked(dir, s.path, s.target, /*keep_existing=*/true, batch));
   }
   return Status::Ok();
 }
@@ -361,7 +311,7 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
   if (!pattern_.Match(parts.back())) {
     return Status::Error(EINVAL, parts.back() + " does not match the step pattern of this mount");
   }
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   uint64_t step_ino = ResolveRelativeLocked(kRootIno, record.step_path);
   if (step_ino == 0 && StagingDirOfLocked(record.step_path) != 0) {
     // This node's files still sit in its staging directory: the step appears
@@ -382,23 +332,25 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
     Inode* root = inodes_.Find(kRootIno);
     std::string run;
     for (size_t i = 0; i + 1 < parts.size(); i++) run += (i ? "/" : "") + parts[i];
-    auto run_dir = EnsureDirPathLocked(root, run, &batch);
+    auto run_dir = EnsureDirPathLocked(root, run, txn.batch());
     if (!run_dir.ok()) return run_dir.status();
     if (steps_.StepOf(inodes_, (*run_dir)->rec.ino) != 0) {
       return Status::Error(EINVAL, record.step_path + " would be inside a step here");
     }
     const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
-    auto made = NewInodeLocked(owner, (*run_dir)->rec.ino, parts.back(), S_IFDIR | 0755, &batch);
+    auto made =
+        NewInodeLocked(owner, (*run_dir)->rec.ino, parts.back(), S_IFDIR | 0755, txn.batch());
     if (!made.ok()) return made.status();
-    inodes_.AddChild(*run_dir, parts.back(), *made, clock_->Now(), &batch);
-    InodeTable::Put(**run_dir, &batch);
+    inodes_.AddChild(*run_dir, parts.back(), *made, clock_->Now(), txn.batch());
+    InodeTable::Put(**run_dir, txn.batch());
     step_ino = (*made)->rec.ino;
     if (record.dir_mtime_ns > 0) (*made)->rec.mtime = NanosToTimespec(record.dir_mtime_ns);
-    steps_.AddWriting(step_ino, *pattern_.Match(parts.back()), clock_->MonotonicNanos(), &batch);
+    steps_.AddWriting(step_ino, *pattern_.Match(parts.back()), clock_->MonotonicNanos(),
+                      txn.batch());
   }
   std::vector<uint64_t> sealed;
-  CKPTFS_RETURN_IF_ERROR(ApplyClusterRecordLocked(step_ino, record, &batch, &sealed));
-  steps_.Commit(step_ino, ClusterCommitFacts(*steps_.Find(step_ino), record), &batch);
+  CKPTFS_RETURN_IF_ERROR(ApplyClusterRecordLocked(step_ino, record, txn.batch(), &sealed));
+  steps_.Commit(step_ino, ClusterCommitFacts(*steps_.Find(step_ino), record), txn.batch());
   const StepRecord rec = *steps_.Find(step_ino);
   if (StepRuntime* rt = steps_.FindRuntime(step_ino)) {
     rt->EndRequest();
@@ -406,7 +358,7 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
     rt->outcome_gen++;
   }
   step_cv_.notify_all();
-  Status st = ApplyLocked(batch, /*sync=*/true, /*keep_on_failure=*/false);
+  Status st = txn.WriteSyncedOrDiscard();
   if (!st.ok()) {
     journal_.MarkDiverged();
     return st;
@@ -425,10 +377,10 @@ Status FileSystem::ApplyClusterPersisted(const std::string& step_path) {
   MutexLock lock(&mu_);
   const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
   auto it = steps_.find(step);
-  ManifestBatch batch;
-  if (it == steps_.end() || !steps_.SetPersisted(step, true, &batch)) return Status::Ok();
+  Transaction txn = BeginLocked();
+  if (it == steps_.end() || !steps_.SetPersisted(step, true, txn.batch())) return Status::Ok();
   EmitStepEventLocked("persisted", step, it->second);
-  return ApplyLocked(batch, false);
+  return txn.Write();
 }
 
 void FileSystem::AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) {
@@ -447,11 +399,11 @@ Status FileSystem::RemoveClusterStep(const std::string& step_path) {
     return Status::Ok();
   }
   if (const StepRuntime* rt = steps_.FindRuntime(step); rt && rt->committing) return Status::Ok();
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   applying_cluster_removal_ = true;
-  RemoveStepLocked(step, "removed by another node of the cluster", &batch);
+  RemoveStepLocked(step, "removed by another node of the cluster", txn.batch());
   applying_cluster_removal_ = false;
-  return ApplyLocked(batch, false);
+  return txn.Write();
 }
 
 std::vector<ClusterPort::AwaitedPart> FileSystem::PartsAwaited() {
@@ -496,14 +448,14 @@ Status FileSystem::NoteRemoteUploads(const std::string& step_path, const PartRec
   MutexLock lock(&mu_);
   const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
   if (step == 0 || !steps_.count(step)) return Status::Ok();
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   size_t learned = 0;
   for (const auto& f : part.files) {
     const uint64_t ino = ResolveRelativeLocked(step, f.path);
-    if (ino && NoteRemoteUploadLocked(inodes_.Find(ino), part, f, &batch)) learned++;
+    if (ino && NoteRemoteUploadLocked(inodes_.Find(ino), part, f, txn.batch())) learned++;
   }
   if (learned == 0) return Status::Ok();
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   // The commit object may be complete now.
   if (tier_) tier_->StepsMayPersist();
   return Status::Ok();
@@ -538,13 +490,11 @@ Status FileSystem::AwaitOwnerUpload(FileHandle* fh) {
   }
   MutexLock lock(&mu_);
   Inode* inode = inodes_.Find(fh->ino);
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   for (const auto& f : part->files) {
-    if (f.path == rel && NoteRemoteUploadLocked(inode, *part, f, &batch)) {
-      CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
-    }
+    if (f.path == rel) (void)NoteRemoteUploadLocked(inode, *part, f, txn.batch());
   }
-  return Status::Ok();
+  return txn.Write();
 }
 
 Status FileSystem::GatherCluster(CommitPlan* plan) {
@@ -652,22 +602,22 @@ Status FileSystem::FinishClusterCommitLocked(const CommitPlan& plan) {
   const ClusterStepRecord& record = *plan.decided;
   StepRuntime& rt = steps_.Runtime(plan.step_ino);
   auto it = steps_.find(plan.step_ino);
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   std::vector<uint64_t> sealed;
-  Status st = ApplyClusterRecordLocked(plan.step_ino, record, &batch, &sealed);
+  Status st = ApplyClusterRecordLocked(plan.step_ino, record, txn.batch(), &sealed);
   rt.committing = false;
   if (st.ok()) {
-    steps_.Commit(plan.step_ino, ClusterCommitFacts(it->second, record), &batch);
+    steps_.Commit(plan.step_ino, ClusterCommitFacts(it->second, record), txn.batch());
     // The node whose decision won applies the run's retention for the
     // cluster, in the commit's batch (as a single node does).
     if (record.committer == cluster_->node()) {
       if (Inode* step_dir = inodes_.Find(plan.step_ino)) {
         retention_by_committer_ = true;
-        ApplyRetentionLocked(step_dir->rec.parent, &batch);
+        ApplyRetentionLocked(step_dir->rec.parent, txn.batch());
         retention_by_committer_ = false;
       }
     }
-    st = ApplyLocked(batch, /*sync=*/true, /*keep_on_failure=*/false);
+    st = txn.WriteSyncedOrDiscard();
     // New inodes and links already changed the image: only a restart, which
     // reloads the manifest, brings back the state before.
     if (!st.ok()) journal_.MarkDiverged();

@@ -68,14 +68,14 @@ Result<Entry> FileSystem::Mkdir(const Caller& c, uint64_t parent, const std::str
   MutexLock lock(&mu_);
   auto dir = PrepareNewEntryLocked(lock, parent, name);
   if (!dir.ok()) return dir.status();
-  ManifestBatch batch;
-  auto inode = NewInodeLocked(c, parent, name, S_IFDIR | (mode & 07777), &batch);
+  Transaction txn = BeginLocked();
+  auto inode = NewInodeLocked(c, parent, name, S_IFDIR | (mode & 07777), txn.batch());
   if (!inode.ok()) return inode.status();
-  inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
+  inodes_.AddChild(*dir, name, *inode, clock_->Now(), txn.batch());
   bool unused = false;
-  ReclassifyDirLocked(*inode, &batch, &unused);
+  ReclassifyDirLocked(*inode, txn.batch(), &unused);
   NoteActivityLocked(parent);
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   return MakeEntry(*inode);
 }
 
@@ -88,12 +88,12 @@ Result<Entry> FileSystem::Mknod(const Caller& c, uint64_t parent, const std::str
   MutexLock lock(&mu_);
   auto dir = PrepareNewEntryLocked(lock, parent, name);
   if (!dir.ok()) return dir.status();
-  ManifestBatch batch;
-  auto inode = NewInodeLocked(c, parent, name, mode, &batch);
+  Transaction txn = BeginLocked();
+  auto inode = NewInodeLocked(c, parent, name, mode, txn.batch());
   if (!inode.ok()) return inode.status();
-  inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
+  inodes_.AddChild(*dir, name, *inode, clock_->Now(), txn.batch());
   NoteActivityLocked(parent);
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   return MakeEntry(*inode);
 }
 
@@ -104,15 +104,15 @@ Result<Entry> FileSystem::Symlink(const Caller& c, uint64_t parent, const std::s
   MutexLock lock(&mu_);
   auto dir = PrepareNewEntryLocked(lock, parent, name);
   if (!dir.ok()) return dir.status();
-  ManifestBatch batch;
-  auto inode = NewInodeLocked(c, parent, name, S_IFLNK | 0777, &batch);
+  Transaction txn = BeginLocked();
+  auto inode = NewInodeLocked(c, parent, name, S_IFLNK | 0777, txn.batch());
   if (!inode.ok()) return inode.status();
   (*inode)->rec.symlink_target = target;
   (*inode)->rec.size = target.size();
-  InodeTable::Put(**inode, &batch);
-  inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
+  InodeTable::Put(**inode, txn.batch());
+  inodes_.AddChild(*dir, name, *inode, clock_->Now(), txn.batch());
   NoteActivityLocked(parent);
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   return MakeEntry(*inode);
 }
 
@@ -125,13 +125,13 @@ Result<Entry> FileSystem::Link(uint64_t ino, uint64_t new_parent, const std::str
   if (!inode || inode->rec.nlink == 0) return Status::Error(ENOENT, "no such file");
   if (inode->is_dir()) return Status::Error(EPERM, "hard links to directories are not allowed");
   if (inode->rec.nlink >= 65000) return Status::Error(EMLINK, "too many links");
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   inode->rec.nlink++;
   inode->rec.ctime = clock_->Now();
-  inodes_.AddChild(*dir, new_name, inode, clock_->Now(), &batch);
-  InodeTable::Put(*inode, &batch);
+  inodes_.AddChild(*dir, new_name, inode, clock_->Now(), txn.batch());
+  InodeTable::Put(*inode, txn.batch());
   NoteActivityLocked(new_parent);
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   return MakeEntry(inode);
 }
 
@@ -154,12 +154,12 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
   if (child->is_dir()) return Status::Error(EISDIR, name + " is a directory");
   // Deleting from a committed step is allowed: steps may be pruned file by
   // file (rm -rf); what is sealed is the data, not the directory.
-  ManifestBatch batch;
-  NoteDeletionLocked(parent, &batch);
-  inodes_.RemoveChild(*dir, name, clock_->Now(), &batch);
-  DropLinkLocked(child, &batch);
+  Transaction txn = BeginLocked();
+  NoteDeletionLocked(parent, txn.batch());
+  inodes_.RemoveChild(*dir, name, clock_->Now(), txn.batch());
+  DropLinkLocked(child, txn.batch());
   NoteActivityLocked(parent);
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   inodes_.ForgetIfUnused(child->rec.ino);
   return Status::Ok();
 }
@@ -186,17 +186,17 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   if (it == (*dir)->children.end()) return Status::Error(ENOENT, name + " does not exist");
   child = inodes_.Find(it->second.ino);
   if (!child->children.empty()) return Status::Error(ENOTEMPTY, name + " is not empty");
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   if (steps_.count(child->rec.ino)) {
     events_->Append({{"event", "delete"}, {"path", inodes_.PathOf(child->rec.ino)},
                      {"step", steps_.Find(child->rec.ino)->step}});
   } else {
-    NoteDeletionLocked(parent, &batch);
+    NoteDeletionLocked(parent, txn.batch());
   }
-  inodes_.RemoveChild(*dir, name, clock_->Now(), &batch);
-  DropLinkLocked(child, &batch);
+  inodes_.RemoveChild(*dir, name, clock_->Now(), txn.batch());
+  DropLinkLocked(child, txn.batch());
   NoteActivityLocked(parent);
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   inodes_.ForgetIfUnused(child->rec.ino);
   return Status::Ok();
 }
@@ -205,12 +205,12 @@ Status FileSystem::TurnOffLatestLinkLocked(Inode* run) {
   // `rm latest` on the virtual link: the user (or a trainer about to write
   // its own `latest`) manages the name from now on. Recorded as the run's
   // xattr so it survives restarts and can be undone with setfattr.
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   run->xattrs[kLatestLinkXattr] = "off";
   run->rec.ctime = clock_->Now();
-  batch.Put(KeySpace::kXattrs, XattrKey(run->rec.ino, kLatestLinkXattr), "off");
-  InodeTable::Put(*run, &batch);
-  return ApplyLocked(batch, false);
+  txn.batch()->Put(KeySpace::kXattrs, XattrKey(run->rec.ino, kLatestLinkXattr), "off");
+  InodeTable::Put(*run, txn.batch());
+  return txn.Write();
 }
 
 Result<std::string> FileSystem::Readlink(uint64_t ino) {
@@ -311,7 +311,7 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
   Inode* dst = dit == (*dst_dir)->children.end() ? nullptr : inodes_.Find(dit->second.ino);
   if (dst == src) return Status::Ok();  // same inode: POSIX says do nothing
 
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   const timespec now = clock_->Now();
   // Committed steps that move get new objects at their new keys.
   auto moved_steps = CommittedStepsUnderLocked(src);
@@ -342,8 +342,8 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
     DentryRecord& a = (*src_dir)->children[name];
     DentryRecord& b = (*dst_dir)->children[new_name];
     std::swap(a.ino, b.ino);
-    batch.Put(KeySpace::kDentries, DentryKey(parent, name), EncodeDentry(a));
-    batch.Put(KeySpace::kDentries, DentryKey(new_parent, new_name), EncodeDentry(b));
+    txn.batch()->Put(KeySpace::kDentries, DentryKey(parent, name), EncodeDentry(a));
+    txn.batch()->Put(KeySpace::kDentries, DentryKey(new_parent, new_name), EncodeDentry(b));
     if (parent != new_parent && src->is_dir() != dst->is_dir()) {
       if (src->is_dir()) {
         (*src_dir)->rec.nlink--;
@@ -360,14 +360,14 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
     src->rec.ctime = dst->rec.ctime = now;
     (*src_dir)->rec.mtime = (*src_dir)->rec.ctime = now;
     (*dst_dir)->rec.mtime = (*dst_dir)->rec.ctime = now;
-    InodeTable::Put(*src, &batch);
-    InodeTable::Put(*dst, &batch);
-    InodeTable::Put(**src_dir, &batch);
-    if (*dst_dir != *src_dir) InodeTable::Put(**dst_dir, &batch);
-    if (src->is_dir()) ReclassifyDirLocked(src, &batch, &commit_src);
-    if (dst->is_dir()) ReclassifyDirLocked(dst, &batch, &commit_dst);
-    if (src->is_dir()) DemoteNestedStepsLocked(src, &batch);
-    if (dst->is_dir()) DemoteNestedStepsLocked(dst, &batch);
+    InodeTable::Put(*src, txn.batch());
+    InodeTable::Put(*dst, txn.batch());
+    InodeTable::Put(**src_dir, txn.batch());
+    if (*dst_dir != *src_dir) InodeTable::Put(**dst_dir, txn.batch());
+    if (src->is_dir()) ReclassifyDirLocked(src, txn.batch(), &commit_src);
+    if (dst->is_dir()) ReclassifyDirLocked(dst, txn.batch(), &commit_dst);
+    if (src->is_dir()) DemoteNestedStepsLocked(src, txn.batch());
+    if (dst->is_dir()) DemoteNestedStepsLocked(dst, txn.batch());
   } else {
     if (dst) {
       if (flags & RENAME_NOREPLACE) return Status::Error(EEXIST, new_name + " exists");
@@ -377,35 +377,35 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
         WaitUntilNotCommittingLocked(lock, dst->rec.ino);
         if (!dst->children.empty()) return Status::Error(ENOTEMPTY, new_name + " is not empty");
       }
-      inodes_.RemoveChild(*dst_dir, new_name, clock_->Now(), &batch);
-      DropLinkLocked(dst, &batch);
+      inodes_.RemoveChild(*dst_dir, new_name, clock_->Now(), txn.batch());
+      DropLinkLocked(dst, txn.batch());
     }
-    inodes_.RemoveChild(*src_dir, name, clock_->Now(), &batch);
-    inodes_.AddChild(*dst_dir, new_name, src, clock_->Now(), &batch);
+    inodes_.RemoveChild(*src_dir, name, clock_->Now(), txn.batch());
+    inodes_.AddChild(*dst_dir, new_name, src, clock_->Now(), txn.batch());
     src->rec.ctime = now;
-    InodeTable::Put(*src, &batch);
+    InodeTable::Put(*src, txn.batch());
     if (src->is_dir()) {
-      ReclassifyDirLocked(src, &batch, &commit_src);
-      DemoteNestedStepsLocked(src, &batch);
+      ReclassifyDirLocked(src, txn.batch(), &commit_src);
+      DemoteNestedStepsLocked(src, txn.batch());
     }
   }
-  NoteStepsMovedLocked(moved_steps, &batch);
+  NoteStepsMovedLocked(moved_steps, txn.batch());
   NoteActivityLocked(parent);
   NoteActivityLocked(new_parent);
-  // The commits the rename asks for are recorded in its own batch.
-  if (commit_src) RequestCommitLocked(src->rec.ino, CommitTrigger::kRename, &batch);
-  if (commit_dst) RequestCommitLocked(dst->rec.ino, CommitTrigger::kRename, &batch);
+  // The commits the rename asks for are recorded in its own transaction.
+  if (commit_src) RequestCommitLocked(src->rec.ino, CommitTrigger::kRename, txn.batch());
+  if (commit_dst) RequestCommitLocked(dst->rec.ino, CommitTrigger::kRename, txn.batch());
   // A marker or run index file renamed into place triggers as its close
   // would: DCP writes .metadata.tmp and renames it to .metadata, OLMo-core
   // renames a temporary file to .metadata.json.
-  if (!src->is_dir() && src->open_writers == 0) NoteTriggerFileLocked(src, 0, &batch);
+  if (!src->is_dir() && src->open_writers == 0) NoteTriggerFileLocked(src, 0, txn.batch());
   // A marker renamed into place before its RELEASE arrived (DCP closes
   // .metadata.tmp and renames it at once): its RELEASE triggers the commit,
   // but the manifest learns of the request now.
   if (src->is_reg() && src->open_writers > 0 && IsMarkerName(src->name)) {
-    RecordClosedMarkerLocked(0, src, &batch);
+    RecordClosedMarkerLocked(0, src, txn.batch());
   }
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   if (dst && !(flags & RENAME_EXCHANGE)) inodes_.ForgetIfUnused(dst->rec.ino);
   return Status::Ok();
 }

@@ -182,12 +182,13 @@ Status FileSystem::FinishFastPath(FastPathFile* file, uint64_t size, uint32_t cr
       rec.backing_ctime_ns = identity->ctime_ns;
     }
     inode->checksum = rec;
-    ManifestBatch batch;
-    InodeTable::Put(*inode, &batch);
-    if (inode->rec.nlink > 0) batch.Put(KeySpace::kChecksums, InoKey(fh->ino), EncodeChecksum(*inode->checksum));
+    Transaction txn = BeginLocked();
+    InodeTable::Put(*inode, txn.batch());
+    if (inode->rec.nlink > 0)
+      txn.batch()->Put(KeySpace::kChecksums, InoKey(fh->ino), EncodeChecksum(*inode->checksum));
     NoteActivityLocked(fh->ino);
     // Synced: when the client's close returns, size and checksum are recorded.
-    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, true));
+    CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());
     metrics_.writer_fastpath_bytes += size;
     metrics_.writer_fastpath_files++;
     if (*computed != crc32c) {

@@ -41,9 +41,9 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
     if (inode->rec.sealed) {
       return Status::Error(EROFS, "file belongs to a committed step and is read-only");
     }
-    ManifestBatch batch;
-    ForgetPendingCommitLocked(inode->rec.parent, &batch);
-    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+    Transaction txn = BeginLocked();
+    ForgetPendingCommitLocked(inode->rec.parent, txn.batch());
+    CKPTFS_RETURN_IF_ERROR(txn.Write());
   }
   // A backing file lost in a crash before it was synced reads as empty.
   // Data only in the remote is fetched into a (sparse) backing file.
@@ -97,14 +97,14 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
   // A new file is new data: refused within the manifest's reserve, as its
   // writes would be (directories and xattrs are not: they are metadata).
   CKPTFS_RETURN_IF_ERROR(reserve_->Admit(0));
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   std::unique_ptr<BackingFile> file;
-  auto inode = NewInodeLocked(c, parent, name, S_IFREG | (mode & 07777), &batch, &file);
+  auto inode = NewInodeLocked(c, parent, name, S_IFREG | (mode & 07777), txn.batch(), &file);
   if (!inode.ok()) return inode.status().Annotate("creating backing file");
-  inodes_.AddChild(*dir, name, *inode, clock_->Now(), &batch);
+  inodes_.AddChild(*dir, name, *inode, clock_->Now(), txn.batch());
   NoteActivityLocked(parent);
-  ForgetPendingCommitLocked(parent, &batch);
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  ForgetPendingCommitLocked(parent, txn.batch());
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   auto fh = std::make_unique<FileHandle>();
   fh->ino = (*inode)->rec.ino;
   fh->writable = WantsWrite(flags);
@@ -194,9 +194,9 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n, bool kil
     // is being written again, and recovery must not finish a commit of it.
     fh->flushed = false;
     inode->unflushed_writers++;
-    ManifestBatch batch;
-    ForgetPendingCommitLocked(inode->rec.parent, &batch);
-    if (!batch.empty()) (void)ApplyLocked(batch, false);
+    Transaction txn = BeginLocked();
+    ForgetPendingCommitLocked(inode->rec.parent, txn.batch());
+    if (!txn.empty()) (void)txn.Write();
   }
 }
 
@@ -211,18 +211,18 @@ Status FileSystem::Flush(FileHandle* fh) {
     // close(): what the kernel wrote through passthrough is in the record
     // before close() returns (a commit may follow at once).
     if (fh->passthrough) SyncFromBackingLocked(inode);
-    ManifestBatch batch;
+    Transaction txn = BeginLocked();
     if (inode->dirty) {
-      InodeTable::Put(*inode, &batch);
+      InodeTable::Put(*inode, txn.batch());
       inode->dirty = false;
     }
     if (fh->writable && !fh->flushed) {
       fh->flushed = true;
       start_writeback = fh->file != nullptr && inode->rec.size <= kEarlyWritebackMaxBytes;
       if (inode->unflushed_writers > 0) inode->unflushed_writers--;
-      if (IsMarkerName(inode->name)) RecordClosedMarkerLocked(fh->pid, inode, &batch);
+      if (IsMarkerName(inode->name)) RecordClosedMarkerLocked(fh->pid, inode, txn.batch());
     }
-    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+    CKPTFS_RETURN_IF_ERROR(txn.Write());
     if (fh->writable) publish = ClusterStepOfLocked(fh->ino);
     if (!publish.empty()) closed = PartFileLocked(*inode, PathInStepLocked(fh->ino, publish));
   }
@@ -300,10 +300,10 @@ Status FileSystem::SyncFileAndRecord(FileHandle* fh) {
   if (!inode) return Status::Ok();
   if (sync_dir) inode->backing_unsynced = false;
   if (fh->passthrough) SyncFromBackingLocked(inode);
-  ManifestBatch batch;
-  if (inode->rec.nlink > 0) InodeTable::Put(*inode, &batch);
+  Transaction txn = BeginLocked();
+  if (inode->rec.nlink > 0) InodeTable::Put(*inode, txn.batch());
   inode->dirty = false;
-  return ApplyLocked(batch, true);
+  return txn.WriteSynced();
 }
 
 Status FileSystem::Release(FileHandle* fh) {
@@ -319,13 +319,13 @@ Status FileSystem::Release(FileHandle* fh) {
   Inode* inode = inodes_.Find(fh->ino);
   if (!inode) return Status::Ok();
   // The RELEASE is one change: one batch, written once at its end.
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   if (fh->passthrough && SyncFromBackingLocked(inode) && fh->writable && fh->flushed && inode->rec.nlink > 0) {
     // Written after its close() through a copy of the descriptor (or a
     // mapping): as NoteWritten does, recovery must not finish a commit.
     fh->flushed = false;
     inode->unflushed_writers++;
-    ForgetPendingCommitLocked(inode->rec.parent, &batch);
+    ForgetPendingCommitLocked(inode->rec.parent, txn.batch());
   }
   PassthroughReleaseLocked(inode, fh);
   if (inode->open_handles > 0) inode->open_handles--;
@@ -334,31 +334,31 @@ Status FileSystem::Release(FileHandle* fh) {
   if (inode->rec.nlink == 0) {
     if (inode->open_handles == 0) {
       // The last handle of an unlinked file: now its data can go.
-      batch.Delete(KeySpace::kInodes, InoKey(fh->ino));
-      ForgetObjectLocked(inode, &batch);
+      txn.batch()->Delete(KeySpace::kInodes, InoKey(fh->ino));
+      ForgetObjectLocked(inode, txn.batch());
       for (const auto& [name, value] : inode->xattrs) {
-        batch.Delete(KeySpace::kXattrs, XattrKey(fh->ino, name));
+        txn.batch()->Delete(KeySpace::kXattrs, XattrKey(fh->ino, name));
       }
-      Status st = ApplyLocked(batch, false);
+      Status st = txn.Write();
       if (st.ok() && inode->is_reg()) (void)data_->Remove(fh->ino);
       inodes_.ForgetIfUnused(fh->ino);
       return st;
     }
-    return ApplyLocked(batch, false);
+    return txn.Write();
   }
   if (inode->dirty) {
-    InodeTable::Put(*inode, &batch);
+    InodeTable::Put(*inode, txn.batch());
     inode->dirty = false;
   }
   if (fh->writable) {
     NoteActivityLocked(fh->ino);
     // Closed files of a step go up at once, before the step is committed.
     if (inode->open_writers == 0 && options_.remote && !inode->rec.sealed) {
-      QueueUploadLocked(inode, &batch);
+      QueueUploadLocked(inode, txn.batch());
     }
-    if (inode->open_writers == 0) NoteTriggerFileLocked(inode, fh->pid, &batch);
+    if (inode->open_writers == 0) NoteTriggerFileLocked(inode, fh->pid, txn.batch());
   }
-  return ApplyLocked(batch, false);
+  return txn.Write();
 }
 
 Status FileSystem::OpenDir(uint64_t ino) {
@@ -372,9 +372,9 @@ Status FileSystem::FsyncDir() {
   // Directory entries live in the manifest: a synced write makes every
   // earlier one durable.
   MutexLock lock(&mu_);
-  ManifestBatch batch;
-  batch.Put(KeySpace::kMeta, "fsyncdir_seq", std::to_string(++fsyncdir_seq_));
-  return ApplyLocked(batch, true);
+  Transaction txn = BeginLocked();
+  txn.batch()->Put(KeySpace::kMeta, "fsyncdir_seq", std::to_string(++fsyncdir_seq_));
+  return txn.WriteSynced();
 }
 
 }  // namespace ckptfs

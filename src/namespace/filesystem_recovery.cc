@@ -75,7 +75,7 @@ Status FileSystem::LoadLocked() {
 }
 
 Status FileSystem::RecoverLocked() {
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   const timespec now = clock_->Now();
   // Same boot: only the daemon died, and every byte it (or a fast-path
   // client) wrote is in the kernel's page cache or on disk, synced or not;
@@ -83,7 +83,7 @@ Status FileSystem::RecoverLocked() {
   auto last_boot = manifest_->Get(KeySpace::kMeta, kBootIdKey);
   if (!last_boot.ok()) return last_boot.status();
   const bool same_boot = !options_.boot_id.empty() && last_boot->has_value() && **last_boot == options_.boot_id;
-  if (!options_.boot_id.empty()) batch.Put(KeySpace::kMeta, kBootIdKey, options_.boot_id);
+  if (!options_.boot_id.empty()) txn.batch()->Put(KeySpace::kMeta, kBootIdKey, options_.boot_id);
   if (!inodes_.Find(kRootIno)) {
     // A new cache: the root directory, owned by whoever mounts.
     auto root = std::make_unique<Inode>();
@@ -93,9 +93,9 @@ Status FileSystem::RecoverLocked() {
     root->rec.gid = getgid();
     root->rec.nlink = 2;
     root->rec.atime = root->rec.mtime = root->rec.ctime = now;
-    InodeTable::Put(*root, &batch);
+    InodeTable::Put(*root, txn.batch());
     inodes_.Insert(std::move(root));
-    batch.Put(KeySpace::kMeta, kFormatVersionKey, kFormatVersion);
+    txn.batch()->Put(KeySpace::kMeta, kFormatVersionKey, kFormatVersion);
   }
 
   // Orphans: unlinked while open when the daemon stopped.
@@ -105,9 +105,10 @@ Status FileSystem::RecoverLocked() {
   }
   for (uint64_t ino : orphans) {
     Inode* inode = inodes_.Find(ino);
-    ForgetObjectLocked(inode, &batch);
-    batch.Delete(KeySpace::kInodes, InoKey(ino));
-    for (const auto& [name, value] : inode->xattrs) batch.Delete(KeySpace::kXattrs, XattrKey(ino, name));
+    ForgetObjectLocked(inode, txn.batch());
+    txn.batch()->Delete(KeySpace::kInodes, InoKey(ino));
+    for (const auto& [name, value] : inode->xattrs)
+      txn.batch()->Delete(KeySpace::kXattrs, XattrKey(ino, name));
     inodes_.Erase(ino);
   }
 
@@ -142,7 +143,7 @@ Status FileSystem::RecoverLocked() {
     if (!inode->rec.sealed) {
       if (actual != inode->rec.size) {
         inode->rec.size = actual;
-        InodeTable::Put(*inode, &batch);
+        InodeTable::Put(*inode, txn.batch());
       }
       continue;
     }
@@ -152,7 +153,7 @@ Status FileSystem::RecoverLocked() {
       const std::string why = "committed file " + inodes_.PathOf(ino) + " lost data: " +
                               std::to_string(actual) + " of " + std::to_string(inode->rec.size) + " bytes";
       events_->Append({{"event", "error"}, {"path", inodes_.PathOf(ino)}, {"error", why}});
-      if (step != 0) steps_.MarkBroken(step, why, &batch);
+      if (step != 0) steps_.MarkBroken(step, why, txn.batch());
     }
   }
 
@@ -162,7 +163,7 @@ Status FileSystem::RecoverLocked() {
   for (auto& [ino, rec] : steps_) steps_.Runtime(ino).last_activity = mono;
   for (auto& [ino, rec] : steps_) {
     if (rec.state == StepState::kWriting || rec.pending_commit != 0) {
-      RecoverWritingStepLocked(ino, &rec, same_boot, &batch);
+      RecoverWritingStepLocked(ino, &rec, same_boot, txn.batch());
     }
   }
 
@@ -171,15 +172,16 @@ Status FileSystem::RecoverLocked() {
   for (const auto& [ino, rec] : steps_) {
     if (rec.state == StepState::kDeleting) deleting.push_back(ino);
   }
-  for (uint64_t ino : deleting) RemoveStepLocked(ino, "deletion interrupted by a daemon stop", &batch);
+  for (uint64_t ino : deleting)
+    RemoveStepLocked(ino, "deletion interrupted by a daemon stop", txn.batch());
 
-  // Retention runs at mount too (SPEC section 5), in the same batch.
+  // Retention runs at mount too (SPEC section 5), in the same transaction.
   std::set<uint64_t> runs;
   for (const auto& [ino, rec] : steps_) runs.insert(inodes_.Find(ino)->rec.parent);
-  for (uint64_t run : runs) ApplyRetentionLocked(run, &batch);
+  for (uint64_t run : runs) ApplyRetentionLocked(run, txn.batch());
   pending_invalidations_.clear();  // nothing is mounted yet
 
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, /*sync=*/true));
+  CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());
   // Removals of orphans' data only after the manifest forgot them.
   for (uint64_t ino : orphans) (void)data_->Remove(ino);
   return data_->SyncDir();

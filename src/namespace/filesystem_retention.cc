@@ -229,9 +229,9 @@ Result<size_t> FileSystem::CollectGarbage(size_t max) {
     if (!live) CKPTFS_RETURN_IF_ERROR(data_->Remove(ino));
   }
   MutexLock lock(&mu_);
-  ManifestBatch batch;
-  for (uint64_t ino : inos) batch.Delete(KeySpace::kGc, InoKey(ino));
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  Transaction txn = BeginLocked();
+  for (uint64_t ino : inos) txn.batch()->Delete(KeySpace::kGc, InoKey(ino));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   return inos.size();
 }
 

@@ -200,7 +200,7 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
   if (!run || !run->is_dir()) return Status::Ok();
   // Tokens: whitespace-separated, quotes and a directory part dropped, so
   // TensorFlow's `model_checkpoint_path: "/dir/ckpt-5"` names ckpt-5 too.
-  ManifestBatch batch;  // the requests the file makes, as one change
+  Transaction txn = BeginLocked();  // the requests the file makes, as one change
   size_t pos = 0;
   while (pos < text.size()) {
     const size_t start = text.find_first_not_of(" \t\r\n", pos);
@@ -218,11 +218,11 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
       auto it = steps_.find(dent.ino);
       if (it == steps_.end() || it->second.state != StepState::kWriting) continue;
       if (name == token || (number && it->second.step == std::stoll(token))) {
-        RequestCommitLocked(dent.ino, CommitTrigger::kIndex, &batch, session);
+        RequestCommitLocked(dent.ino, CommitTrigger::kIndex, txn.batch(), session);
       }
     }
   }
-  return ApplyLocked(batch, false);
+  return txn.Write();
 }
 
 uint32_t FileSystem::OpenWritersUnderLocked(Inode* dir) {
@@ -300,9 +300,9 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
     it->second.error = "waiting for " + std::to_string(writers) + " file(s) open for writing";
     return Status::Error(EAGAIN, it->second.error);
   }
-  ManifestBatch pending;
-  RecordPendingCommitLocked(step_ino, &pending);
-  if (!pending.empty()) (void)ApplyLocked(pending, false);  // a failure is kept and retried
+  Transaction pending_txn = BeginLocked();
+  RecordPendingCommitLocked(step_ino, pending_txn.batch());
+  if (!pending_txn.empty()) (void)pending_txn.Write();  // a failure is kept and retried
   rt.committing = true;
   CommitPlan plan;
   plan.step_ino = step_ino;
@@ -339,32 +339,34 @@ void FileSystem::AbortCommit(uint64_t step_ino, const Status& why, bool waiting,
   bool gave_up_after_crash = false;
   const bool cluster_gave_up = cluster_ && waiting && !settling &&
                                clock_->MonotonicNanos() - rt.wanted_since > options_.commit_wait_ns;
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   if (cluster_gave_up) {
     // Cluster mode: files another node was to write never came (SPEC
     // section 9: the step stays writing, then incomplete after the bound).
     rt.EndRequest();
-    steps_.MarkIncomplete(step_ino, "incomplete after --commit-wait: " + why.message(), &batch);
+    steps_.MarkIncomplete(step_ino, "incomplete after --commit-wait: " + why.message(),
+                          txn.batch());
   } else if (waiting && !settling && rt.recovered) {
     // The commit recovery resumed finds files missing or short: nobody will
     // write them now, so the step is incomplete as SPEC's crash rule says.
     rt.EndRequest();
     rt.recovered = false;
-    steps_.MarkIncomplete(
-        step_ino, "the daemon stopped before this step was committed; " + why.message(), &batch);
+    steps_.MarkIncomplete(step_ino,
+                          "the daemon stopped before this step was committed; " + why.message(),
+                          txn.batch());
     gave_up_after_crash = true;
   } else if (broken) {
     rt.EndRequest();
-    steps_.MarkBroken(step_ino, why.message(), &batch);
+    steps_.MarkBroken(step_ino, why.message(), txn.batch());
   } else {
     rec.error = why.message();
     if (!waiting) {
       rt.EndRequest();
       rec.pending_commit = 0;
     }
-    StepBook::Put(step_ino, rec, &batch);
+    StepBook::Put(step_ino, rec, txn.batch());
   }
-  (void)ApplyLocked(batch, false);
+  (void)txn.Write();
   if (gave_up_after_crash) {
     EmitStepEventLocked("recovered", step_ino, rec, rec.error);
   } else if (broken) {
@@ -388,9 +390,9 @@ void FileSystem::DropCommitRequest(uint64_t step_ino) {
     rt.recovered = false;
     if (auto it = steps_.find(step_ino); it != steps_.end() && it->second.pending_commit != 0) {
       it->second.pending_commit = 0;
-      ManifestBatch batch;
-      StepBook::Put(step_ino, it->second, &batch);
-      (void)ApplyLocked(batch, false);
+      Transaction txn = BeginLocked();
+      StepBook::Put(step_ino, it->second, txn.batch());
+      (void)txn.Write();
     }
   } else if (request_commit_) {
     // A direct trigger (ckptfs commit, an index file) arrived meanwhile.
@@ -416,7 +418,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
     return health;
   }
   if (plan.decided) return FinishClusterCommitLocked(plan);
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   CommitFacts facts;
   facts.committed_at = clock_->Now();
   facts.ephemeral = plan.ephemeral;
@@ -433,14 +435,14 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
     facts.files++;
     if (!inode->rec.sealed) {
       inode->rec.sealed = true;
-      InodeTable::Put(*inode, &batch);
+      InodeTable::Put(*inode, txn.batch());
       sealed.push_back(file.ino);
     }
     // Uploads of everything not yet uploaded where it is now, in the
     // commit's own batch (SPEC section 3).
     if (options_.remote && !ledger_.IsQueued(file.ino) &&
         !ObjectIsCurrent(*inode, plan.step_path + "/" + file.path)) {
-      QueueUploadLocked(inode, &batch);
+      QueueUploadLocked(inode, txn.batch());
     }
   }
   // Retention decides with the step counted as committed, and its removals
@@ -448,17 +450,18 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   // batch fails, the commit is undone below and the mount is read-only until
   // the manifest takes writes again; the manifest still has the state before
   // the commit.)
-  const StepRecord before = steps_.Commit(plan.step_ino, facts, &batch);
+  const StepRecord before = steps_.Commit(plan.step_ino, facts, txn.batch());
   const StepRecord rec = it->second;
   rt.committing = false;
   const std::string path = inodes_.PathOf(plan.step_ino);
-  const size_t before_retention = batch.size();
-  if (Inode* step_dir = inodes_.Find(plan.step_ino)) ApplyRetentionLocked(step_dir->rec.parent, &batch);
+  const size_t before_retention = txn.batch()->size();
+  if (Inode* step_dir = inodes_.Find(plan.step_ino))
+    ApplyRetentionLocked(step_dir->rec.parent, txn.batch());
   // The one synced batch: before it the step is not committed, after it it is.
-  Status st = ApplyLocked(batch, /*sync=*/true, /*keep_on_failure=*/false);
+  Status st = txn.WriteSyncedOrDiscard();
   // Steps the retention took out of the image are not put back: only a
   // restart (which reloads the manifest, where they still are) brings them.
-  if (!st.ok() && batch.size() != before_retention) journal_.MarkDiverged();
+  if (!st.ok() && txn.batch()->size() != before_retention) journal_.MarkDiverged();
   if (StepRuntime* rt = steps_.FindRuntime(plan.step_ino)) {
     rt->outcome_gen++;
     if (st.ok()) {
@@ -506,9 +509,9 @@ void FileSystem::RequestIdleCommits() {
     if (now - rt.last_activity < options_.commit_idle_ns) continue;
     Inode* dir = inodes_.Find(ino);
     if (!dir || OpenWritersUnderLocked(dir) > 0) continue;
-    ManifestBatch batch;
-    RequestCommitLocked(ino, CommitTrigger::kIdle, &batch);
-    (void)ApplyLocked(batch, false);  // a failure is kept and retried
+    Transaction txn = BeginLocked();
+    RequestCommitLocked(ino, CommitTrigger::kIdle, txn.batch());
+    (void)txn.Write();  // a failure is kept and retried
   }
 }
 
@@ -518,9 +521,9 @@ void FileSystem::RequestSettledCommits() {
   for (auto& [ino, rt] : steps_.runtimes()) {
     if (!rt.commit_wanted || rt.committing || !rt.settling) continue;
     if (now - rt.last_activity < options_.commit_settle_ns) continue;
-    ManifestBatch batch;
-    RequestCommitLocked(ino, CommitTrigger::kRetry, &batch);
-    (void)ApplyLocked(batch, false);  // a failure is kept and retried
+    Transaction txn = BeginLocked();
+    RequestCommitLocked(ino, CommitTrigger::kRetry, txn.batch());
+    (void)txn.Write();  // a failure is kept and retried
   }
 }
 
@@ -534,9 +537,9 @@ void FileSystem::RequestRecoveredCommits() {
 
 void FileSystem::RequestCommit(uint64_t step_ino) {
   MutexLock lock(&mu_);
-  ManifestBatch batch;
-  RequestCommitLocked(step_ino, CommitTrigger::kExplicit, &batch);
-  (void)ApplyLocked(batch, false);  // a failure is kept and retried
+  Transaction txn = BeginLocked();
+  RequestCommitLocked(step_ino, CommitTrigger::kExplicit, txn.batch());
+  (void)txn.Write();  // a failure is kept and retried
 }
 
 Status FileSystem::CommitAndWait(uint64_t step_ino) {
@@ -547,9 +550,9 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
   }
   if (it->second.state == StepState::kCommitted) return Status::Ok();
   const uint64_t gen = steps_.Runtime(step_ino).outcome_gen;
-  ManifestBatch batch;
-  RequestCommitLocked(step_ino, CommitTrigger::kExplicit, &batch);
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  Transaction txn = BeginLocked();
+  RequestCommitLocked(step_ino, CommitTrigger::kExplicit, txn.batch());
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   // Waits for the first attempt only. This runs inside the setxattr, which
   // holds the step directory's inode lock in the kernel: waiting longer
   // would block the very creates (a late shard, a straggler rank) the

@@ -145,7 +145,7 @@ bool FileSystem::RunFileWillReplaceLocked(const std::string& key) {
   const uint64_t ino = ResolveRelativeLocked(kRootIno, key);
   Inode* inode = ino ? inodes_.Find(ino) : nullptr;
   // Closed or not: a run-level file that is not up to date at its path is
-  // queued at its close or by the next QueueRunFileUploads.
+  // queued at its close or by the next RepairUploadQueue.
   return inode && IsRunFileLocked(*inode) && !ObjectIsCurrent(*inode, key);
 }
 
@@ -270,18 +270,12 @@ void FileSystem::NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std:
 std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std::set<uint64_t>& busy) {
   MutexLock lock(&mu_);
   std::vector<UploadJob> out;
-  ManifestBatch drop;
-  std::vector<uint64_t> gone;
   for (auto it = ledger_.uploads().begin(); it != ledger_.uploads().end() && out.size() < max; ++it) {
     const uint64_t ino = it->first;
     Inode* inode = inodes_.Find(ino);
-    const bool in_step = inode && steps_.StepOf(inodes_, inode->rec.parent) != 0;
-    const bool run_file = inode && !in_step && IsRunFileLocked(*inode);
-    if (!inode || inode->rec.nlink == 0 || !inode->is_reg() || (!in_step && !run_file)) {
-      // Gone, or moved out of every step and run directory: nothing to upload.
-      gone.push_back(ino);
-      continue;
-    }
+    // Nothing to upload (RepairUploadQueue drops the entry).
+    if (!HasUploadLocked(inode)) continue;
+    const bool run_file = IsRunFileLocked(*inode);
     if (busy.count(ino) || inode->open_writers > 0 || (run_file && !RunFileReadyLocked(inode))) {
       continue;
     }
@@ -301,9 +295,12 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
     }
     out.push_back(std::move(job));
   }
-  for (uint64_t ino : gone) ledger_.Dequeue(ino, &drop);
-  (void)ApplyLocked(drop, false);
   return out;
+}
+
+bool FileSystem::HasUploadLocked(Inode* inode) {
+  if (!inode || inode->rec.nlink == 0 || !inode->is_reg()) return false;
+  return steps_.StepOf(inodes_, inode->rec.parent) != 0 || IsRunFileLocked(*inode);
 }
 
 Status FileSystem::NoteMultipartStarted(const UploadJob& job, const std::string& upload_id) {
@@ -312,18 +309,18 @@ Status FileSystem::NoteMultipartStarted(const UploadJob& job, const std::string&
   if (!rec) return Status::Ok();
   rec->upload_id = upload_id;
   rec->upload_key = job.key;
-  ManifestBatch batch;
-  ledger_.PutUpload(job.ino, &batch);
-  return ApplyLocked(batch, false);
+  Transaction txn = BeginLocked();
+  ledger_.PutUpload(job.ino, txn.batch());
+  return txn.Write();
 }
 
 void FileSystem::ClaimKey(const std::string& key) {
   MutexLock lock(&mu_);
   ledger_.Claim(key);
-  ManifestBatch batch;
-  batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, false));
-  batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, true));
-  (void)ApplyLocked(batch, false);
+  Transaction txn = BeginLocked();
+  txn.batch()->Delete(KeySpace::kRemoteGc, RemoteGcKey(key, false));
+  txn.batch()->Delete(KeySpace::kRemoteGc, RemoteGcKey(key, true));
+  (void)txn.Write();
 }
 
 void FileSystem::ReleaseKey(const std::string& key) {
@@ -335,20 +332,20 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
                                 std::vector<uint32_t> chunk_crcs) {
   MutexLock lock(&mu_);
   ledger_.Release(job.key);
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   Inode* inode = inodes_.Find(job.ino);
   if (!inode || inode->rec.nlink == 0 || !inode->is_reg()) {
     // Deleted while it was uploading: the object is garbage already.
-    QueueRemoteDeleteLocked(job.key, false, &batch);
-    return ApplyLocked(batch, false);
+    QueueRemoteDeleteLocked(job.key, false, txn.batch());
+    return txn.Write();
   }
   const std::string path = inodes_.PathOf(job.ino);
   if (path != job.key || !SameVersion(*inode, job.size, job.mtime_ns)) {
     // Written or moved meanwhile: the file stays queued; an object left at
     // an old path is nobody's.
-    if (path != job.key) QueueRemoteDeleteLocked(job.key, false, &batch);
-    if (!ledger_.IsQueued(job.ino)) QueueUploadLocked(inode, &batch);
-    return ApplyLocked(batch, false);
+    if (path != job.key) QueueRemoteDeleteLocked(job.key, false, txn.batch());
+    if (!ledger_.IsQueued(job.ino)) QueueUploadLocked(inode, txn.batch());
+    return txn.Write();
   }
   if (inode->checksum && inode->checksum->size == job.size && inode->checksum->mtime_ns == job.mtime_ns &&
       inode->checksum->crc32c != crc32c) {
@@ -374,18 +371,18 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
   if (inode->object && inode->object->key != job.key) {
     const std::string old_key = inode->object->key;
     ledger_.ForgetObjectKey(old_key);
-    QueueRemoteDeleteLocked(old_key, false, &batch);
+    QueueRemoteDeleteLocked(old_key, false, txn.batch());
   }
   inode->object = rec;
   ledger_.SetObjectOwner(rec.key, job.ino);
-  batch.Put(KeySpace::kObjects, InoKey(job.ino), EncodeObject(rec));
-  ledger_.Dequeue(job.ino, &batch);
+  txn.batch()->Put(KeySpace::kObjects, InoKey(job.ino), EncodeObject(rec));
+  ledger_.Dequeue(job.ino, txn.batch());
   // Cluster mode: the part record tells the committing node and readers on
   // other nodes that this file is in the bucket, with its CRCs.
   if (cluster_) {
     if (const uint64_t step = steps_.StepOf(inodes_, job.ino)) cluster_->PartUploadsChanged(inodes_.PathOf(step));
   }
-  return ApplyLocked(batch, false);
+  return txn.Write();
 }
 
 void FileSystem::CollectTreeLocked(Inode* dir, CommitObject* obj, bool* complete) {
@@ -404,14 +401,9 @@ void FileSystem::CollectTreeLocked(Inode* dir, CommitObject* obj, bool* complete
           return true;
         }
       } else if (!ObjectIsCurrent(*child, key)) {
+        // Not uploaded where it is now: queued by the commit, by the
+        // upload that found it moved, or by RepairUploadQueue.
         *complete = false;
-        // Not uploaded where it is now and not queued (moved before the
-        // step was committed): queue it.
-        if (!ledger_.IsQueued(child->rec.ino)) {
-          ManifestBatch batch;
-          QueueUploadLocked(child, &batch);
-          (void)ApplyLocked(batch, false);
-        }
         return true;
       }
       if (ledger_.IsQueued(child->rec.ino)) *complete = false;
@@ -458,16 +450,16 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
 Status FileSystem::MarkPersisted(const PersistJob& job) {
   MutexLock lock(&mu_);
   ledger_.Release(job.key);
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   auto it = steps_.find(job.step_ino);
   if (it == steps_.end() || it->second.state != StepState::kCommitted ||
       CommitObjectKey(inodes_.PathOf(job.step_ino)) != job.key) {
     // Removed, renamed or being deleted while the object was written: it
     // must not make a step look complete.
-    QueueRemoteDeleteLocked(job.key, true, &batch);
-    return ApplyLocked(batch, false);
+    QueueRemoteDeleteLocked(job.key, true, txn.batch());
+    return txn.Write();
   }
-  steps_.SetPersisted(job.step_ino, true, &batch);
+  steps_.SetPersisted(job.step_ino, true, txn.batch());
   const StepRecord rec = it->second;
   EmitStepEventLocked("persisted", job.step_ino, rec);
   // Cluster mode: the other nodes learn it from the bucket's step index.
@@ -475,20 +467,20 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
   // Run-level files waiting for this step may go now.
   if (tier_ && ledger_.AnyRunFileWaits()) tier_->UploadsQueued();
   // The newest persisted step may have been all that kept an older one
-  // (SPEC section 5's safety rule): retention looks again, in this batch.
+  // (SPEC section 5's safety rule): retention looks again, in this transaction.
   if (Inode* dir = inodes_.Find(job.step_ino)) {
     // Only the committer of a cluster step gets here (StepsToPersist).
     retention_by_committer_ = true;
-    ApplyRetentionLocked(dir->rec.parent, &batch);
+    ApplyRetentionLocked(dir->rec.parent, txn.batch());
     retention_by_committer_ = false;
   }
-  return ApplyLocked(batch, false);
+  return txn.Write();
 }
 
 Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
   MutexLock lock(&mu_);
   RemoteGcBatch out;
-  ManifestBatch drop;
+  Transaction drop_txn = BeginLocked();
   // A run whose index is about to go up keeps its steps' commit objects
   // until it is up: when retention removes the step the old `latest` names
   // as the new one's step is persisted, the old index never outlives it.
@@ -507,7 +499,7 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
         return true;  // an upload or commit object in flight: later
       }
       if (!commit && ledger_.IsLiveObject(key)) {
-        drop.Delete(KeySpace::kRemoteGc, std::string(k));  // a live file's object now
+        drop_txn.batch()->Delete(KeySpace::kRemoteGc, std::string(k));  // a live file's object now
         return true;
       }
       if (!commit && RunFileWillReplaceLocked(key)) return true;  // replaced by its upload instead
@@ -520,15 +512,16 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
       break;
     }
   }
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(drop, false));
+  CKPTFS_RETURN_IF_ERROR(drop_txn.Write());
   return out;
 }
 
 Status FileSystem::RemoteDeletionsDone(const RemoteGcBatch& done) {
   MutexLock lock(&mu_);
-  ManifestBatch batch;
-  for (const auto& key : done.keys) batch.Delete(KeySpace::kRemoteGc, RemoteGcKey(key, done.commit_objects));
-  return ApplyLocked(batch, false);
+  Transaction txn = BeginLocked();
+  for (const auto& key : done.keys)
+    txn.batch()->Delete(KeySpace::kRemoteGc, RemoteGcKey(key, done.commit_objects));
+  return txn.Write();
 }
 
 size_t FileSystem::RemoteDeletionsQueued() {
@@ -578,11 +571,11 @@ Status FileSystem::Evict(uint64_t ino) {
     // The manifest says "not resident" before the data goes (synced): a
     // crash in between leaves a file that is fetched again, never one whose
     // missing bytes read as zeros.
-    ManifestBatch batch;
+    Transaction txn = BeginLocked();
     ObjectRecord rec = *f->object;
     rec.resident = false;
-    batch.Put(KeySpace::kObjects, InoKey(ino), EncodeObject(rec));
-    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, true));
+    txn.batch()->Put(KeySpace::kObjects, InoKey(ino), EncodeObject(rec));
+    CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());
     f->object = rec;
     f->evicting = true;
     if (tier_) tier_->Forget(ino);
@@ -601,9 +594,9 @@ Status FileSystem::MarkResident(uint64_t ino, BackingFile* file) {
   if (!f || !f->object || f->object->resident || f->evicting) return Status::Ok();
   ObjectRecord rec = *f->object;
   rec.resident = true;
-  ManifestBatch batch;
-  batch.Put(KeySpace::kObjects, InoKey(ino), EncodeObject(rec));
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, false));
+  Transaction txn = BeginLocked();
+  txn.batch()->Put(KeySpace::kObjects, InoKey(ino), EncodeObject(rec));
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
   f->object = rec;
   return Status::Ok();
 }
@@ -668,7 +661,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   if (!pattern_.Match(parts.back())) {
     return Status::Error(EINVAL, parts.back() + " does not match the step pattern of this mount");
   }
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   Inode* dir = root;
   for (size_t i = 0; i + 1 < parts.size(); i++) {
     auto it = dir->children.find(parts[i]);
@@ -679,72 +672,33 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
       dir = child;
       continue;
     }
-    auto made = NewInodeLocked(owner, dir->rec.ino, parts[i], S_IFDIR | 0755, &batch);
+    auto made = NewInodeLocked(owner, dir->rec.ino, parts[i], S_IFDIR | 0755, txn.batch());
     if (!made.ok()) return made.status();
-    inodes_.AddChild(dir, parts[i], *made, clock_->Now(), &batch);
-    InodeTable::Put(*dir, &batch);
+    inodes_.AddChild(dir, parts[i], *made, clock_->Now(), txn.batch());
+    InodeTable::Put(*dir, txn.batch());
     dir = *made;
   }
   const std::string& name = parts.back();
   if (dir->children.count(name)) return Status::Error(EEXIST, obj.step_path + " exists");
-  auto step_dir = NewInodeLocked(owner, dir->rec.ino, name, S_IFDIR | 0755, &batch);
+  auto step_dir = NewInodeLocked(owner, dir->rec.ino, name, S_IFDIR | 0755, txn.batch());
   if (!step_dir.ok()) return step_dir.status();
-  inodes_.AddChild(dir, name, *step_dir, clock_->Now(), &batch);
-  InodeTable::Put(*dir, &batch);
+  inodes_.AddChild(dir, name, *step_dir, clock_->Now(), txn.batch());
+  InodeTable::Put(*dir, txn.batch());
   const uint64_t step_ino = (*step_dir)->rec.ino;
   // Directories first (parents before children), then files and symlinks.
-  auto parent_of = [&](const std::string& rel, std::string* leaf) -> Result<Inode*> {
-    mu_.AssertHeld();  // runs inside this call, under the lock
-    const size_t slash = rel.rfind('/');
-    *leaf = slash == std::string::npos ? rel : rel.substr(slash + 1);
-    Inode* at = *step_dir;
-    if (slash == std::string::npos) return at;
-    size_t start = 0;
-    const std::string parent_path = rel.substr(0, slash);
-    while (start <= parent_path.size()) {
-      size_t end = parent_path.find('/', start);
-      if (end == std::string::npos) end = parent_path.size();
-      const std::string part = parent_path.substr(start, end - start);
-      auto it = at->children.find(part);
-      Inode* next = it == at->children.end() ? nullptr : inodes_.Find(it->second.ino);
-      if (!next) {
-        auto made = NewInodeLocked(owner, at->rec.ino, part, S_IFDIR | 0755, &batch);
-        if (!made.ok()) return made.status();
-        inodes_.AddChild(at, part, *made, clock_->Now(), &batch);
-        InodeTable::Put(*at, &batch);
-        next = *made;
-      } else if (!next->is_dir()) {
-        return Status::Error(EIO, "commit object of " + obj.step_path + ": " + part + " is a file and a directory");
-      }
-      at = next;
-      start = end + 1;
-    }
-    return at;
-  };
+  Inode* step = *step_dir;
   std::vector<std::string> dirs = obj.dirs;
   std::sort(dirs.begin(), dirs.end());
-  for (const auto& rel : dirs) {
-    std::string leaf;
-    auto parent = parent_of(rel + "/x", &leaf);
-    if (!parent.ok()) return (parent.status());
-  }
+  for (const auto& rel : dirs)
+    CKPTFS_RETURN_IF_ERROR(EnsureDirPathLocked(step, rel, txn.batch()).status());
   const timespec committed = obj.committed_at;
   for (const auto& f : obj.files) {
-    std::string leaf;
-    auto parent = parent_of(f.path, &leaf);
-    if (!parent.ok()) return (parent.status());
-    if ((*parent)->children.count(leaf)) return (Status::Error(EIO, "duplicate " + f.path));
-    auto file = NewInodeLocked(owner, (*parent)->rec.ino, leaf, S_IFREG | (f.mode & 07777), &batch);
-    if (!file.ok()) return (file.status());
-    Inode* inode = *file;
-    inode->rec.size = f.size;
-    inode->rec.sealed = true;
-    inode->rec.mtime = NanosToTimespec(f.mtime_ns);
-    inode->rec.ctime = committed;
-    inode->backing_unsynced = false;
-    InodeTable::Put(*inode, &batch);
-    inodes_.AddChild(*parent, leaf, inode, clock_->Now(), &batch);
-    ObjectRecord rec;
+    SealedFile sealed_file;
+    sealed_file.path = f.path;
+    sealed_file.mode = f.mode;
+    sealed_file.mtime_ns = f.mtime_ns;
+    sealed_file.ctime = committed;
+    ObjectRecord& rec = sealed_file.object;
     rec.key = obj.step_path + "/" + f.path;
     rec.size = f.size;
     rec.mtime_ns = f.mtime_ns;
@@ -754,21 +708,11 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
       rec.chunk_crcs = f.chunk_crcs;
     }
     rec.resident = f.size == 0;
-    inode->object = rec;
-    ledger_.SetObjectOwner(rec.key, inode->rec.ino);
-    batch.Put(KeySpace::kObjects, InoKey(inode->rec.ino), EncodeObject(rec));
+    CKPTFS_RETURN_IF_ERROR(AddSealedFileLocked(step, sealed_file, txn.batch()).status());
   }
   for (const auto& s : obj.symlinks) {
-    std::string leaf;
-    auto parent = parent_of(s.path, &leaf);
-    if (!parent.ok()) return (parent.status());
-    if ((*parent)->children.count(leaf)) return (Status::Error(EIO, "duplicate " + s.path));
-    auto link = NewInodeLocked(owner, (*parent)->rec.ino, leaf, S_IFLNK | 0777, &batch);
-    if (!link.ok()) return (link.status());
-    (*link)->rec.symlink_target = s.target;
-    (*link)->rec.sealed = true;
-    InodeTable::Put(**link, &batch);
-    inodes_.AddChild(*parent, leaf, *link, clock_->Now(), &batch);
+    CKPTFS_RETURN_IF_ERROR(
+        AddSealedSymlinkLocked(step, s.path, s.target, /*keep_existing=*/false, txn.batch()));
   }
   // Directories keep the step directory's mtime from the writing machine
   // (or the commit time for older objects), not the import's: a trainer that
@@ -783,7 +727,7 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
     if (!d->is_dir()) return false;
     d->rec.mtime = dir_time;
     d->rec.ctime = committed;
-    InodeTable::Put(*d, &batch);
+    InodeTable::Put(*d, txn.batch());
     return true;
   };
   stamp(*step_dir);
@@ -794,17 +738,30 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   facts.files = obj.files.size();
   facts.ephemeral = obj.ephemeral;
   facts.persisted = true;
-  const StepRecord rec =
-      steps_.AddCommitted(step_ino, *pattern_.Match(name), facts, clock_->MonotonicNanos(), &batch);
-  CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, true));
+  const StepRecord rec = steps_.AddCommitted(step_ino, *pattern_.Match(name), facts,
+                                             clock_->MonotonicNanos(), txn.batch());
+  CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());
   CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
   EmitStepEventLocked("import", step_ino, rec);
   return Status::Ok();
 }
 
-void FileSystem::QueueRunFileUploads() {
+void FileSystem::RepairUploadQueue() {
   MutexLock lock(&mu_);
   if (!options_.remote) return;
+  RefreshRunDirsLocked();
+  Transaction txn = BeginLocked();
+  std::vector<uint64_t> nothing_to_upload;
+  for (const auto& [ino, rec] : ledger_.uploads()) {
+    if (!HasUploadLocked(inodes_.Find(ino))) nothing_to_upload.push_back(ino);
+  }
+  for (uint64_t ino : nothing_to_upload) ledger_.Dequeue(ino, txn.batch());
+  QueueRunFilesLocked(txn.batch());
+  QueueStrandedStepFilesLocked(txn.batch());
+  (void)txn.Write();
+}
+
+void FileSystem::RefreshRunDirsLocked() {
   // Run directories are the parents of steps. A directory inside a step
   // is not one: its files are the step's.
   std::set<uint64_t> run_dirs;
@@ -813,7 +770,9 @@ void FileSystem::QueueRunFileUploads() {
     if (step && step->rec.parent != 0 && steps_.StepOf(inodes_, step->rec.parent) == 0) run_dirs.insert(step->rec.parent);
   }
   ledger_.SetRunDirs(std::move(run_dirs));
-  ManifestBatch batch;
+}
+
+void FileSystem::QueueRunFilesLocked(ManifestBatch* batch) {
   for (uint64_t run : ledger_.run_dirs()) {
     Inode* dir = inodes_.Find(run);
     if (!dir) continue;
@@ -822,10 +781,27 @@ void FileSystem::QueueRunFileUploads() {
       Inode* file = inodes_.Find(dent.ino);
       // Open for writing: its last close queues it.
       if (!file || !IsRunFileLocked(*file) || file->open_writers > 0 || ledger_.IsQueued(dent.ino)) continue;
-      if (!ObjectIsCurrent(*file, ChildKey(base, name))) QueueUploadLocked(file, &batch);
+      if (!ObjectIsCurrent(*file, ChildKey(base, name))) QueueUploadLocked(file, batch);
     }
   }
-  (void)ApplyLocked(batch, false);
+}
+
+void FileSystem::QueueStrandedStepFilesLocked(ManifestBatch* batch) {
+  for (const auto& [ino, rec] : steps_) {
+    if (rec.state != StepState::kCommitted || rec.persisted) continue;
+    if (!rec.committer.empty() && (!cluster_ || rec.committer != cluster_->node())) continue;
+    Inode* dir = inodes_.Find(ino);
+    if (!dir) continue;
+    const std::string step_path = inodes_.PathOf(ino);
+    inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) REQUIRES(mu_) {
+      // Another node's file is that node's to upload.
+      if (!child->is_reg() || (child->object && !child->object->owner_node.empty())) return true;
+      if (!ledger_.IsQueued(child->rec.ino) && !ObjectIsCurrent(*child, step_path + "/" + rel)) {
+        QueueUploadLocked(child, batch);
+      }
+      return true;
+    });
+  }
 }
 
 Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objects) {
@@ -833,7 +809,7 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
   CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
   Inode* root = inodes_.Find(kRootIno);
   const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
-  ManifestBatch batch;
+  Transaction txn = BeginLocked();
   size_t imported = 0;
   Status failed;  // what is in memory already is written below either way
   for (const RemoteObject& obj : objects) {
@@ -852,15 +828,15 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
       break;
     }
     if (queued->has_value()) continue;  // deleted here; the remote deletion is pending
-    auto made = NewInodeLocked(owner, dir_ino, name, S_IFREG | 0644, &batch);
+    auto made = NewInodeLocked(owner, dir_ino, name, S_IFREG | 0644, txn.batch());
     if (!made.ok()) {
       failed = made.status();
       break;
     }
     Inode* file = *made;
     file->rec.size = obj.size;
-    InodeTable::Put(*file, &batch);
-    inodes_.AddChild(dir, name, file, clock_->Now(), &batch);
+    InodeTable::Put(*file, txn.batch());
+    inodes_.AddChild(dir, name, file, clock_->Now(), txn.batch());
     ObjectRecord rec;
     rec.key = obj.key;
     rec.size = obj.size;
@@ -869,11 +845,11 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
     rec.resident = obj.size == 0;
     file->object = rec;
     ledger_.SetObjectOwner(rec.key, file->rec.ino);
-    batch.Put(KeySpace::kObjects, InoKey(file->rec.ino), EncodeObject(rec));
+    txn.batch()->Put(KeySpace::kObjects, InoKey(file->rec.ino), EncodeObject(rec));
     imported++;
   }
   if (imported > 0) {
-    CKPTFS_RETURN_IF_ERROR(ApplyLocked(batch, true));
+    CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());
     CKPTFS_RETURN_IF_ERROR(data_->SyncDir());
   }
   if (!failed.ok()) return failed;

@@ -70,7 +70,7 @@ class TierLedger {
   void ForgetRunFileWait(uint64_t ino) { run_file_waits_.erase(ino); }
   bool AnyRunFileWaits() const { return !run_file_waits_.empty(); }
   // Run directories (parents of steps outside steps), as of the last
-  // refresh (QueueRunFileUploads): for checks on hot paths.
+  // refresh (RepairUploadQueue): for checks on hot paths.
   const std::set<uint64_t>& run_dirs() const { return run_dirs_; }
   bool IsRunDir(uint64_t ino) const { return run_dirs_.count(ino) != 0; }
   void SetRunDirs(std::set<uint64_t> dirs) { run_dirs_ = std::move(dirs); }

@@ -112,14 +112,18 @@ class TierPort {
   // Step paths whose commit objects are queued for deletion: not imported.
   virtual std::set<std::string> StepPathsBeingDeleted() = 0;
 
-  // Run-level files: regular files directly in a run directory (one holding
-  // a step), beside its steps, such as DeepSpeed's `latest` and RecIS's
-  // `checkpoint`. Queues the upload of every closed run-level file whose
-  // object is not current and not queued (its directory just got its first
-  // step, it was renamed, a crash lost the queue entry) and refreshes the
-  // set of run directories. The tier calls it at start and on every control
+  // Puts the upload queue right, as one change, so that NextUploads and
+  // StepsToPersist only ever read. Refreshes the set of run directories;
+  // drops queued uploads with nothing to upload (the file is gone, or moved
+  // out of every step and run directory); queues what nothing else queued:
+  // closed run-level files (regular files directly in a run directory, one
+  // holding a step, such as DeepSpeed's `latest` and RecIS's `checkpoint`)
+  // whose object is not current (the directory just got its first step, the
+  // file was renamed, a crash lost the entry), and files of committed steps
+  // this node persists that are not uploaded where they are now (moved
+  // before the commit). The tier calls it at start and on every control
   // pass.
-  virtual void QueueRunFileUploads() = 0;
+  virtual void RepairUploadQueue() = 0;
   // Cold mount: objects found directly in remote directories that hold a
   // persisted step become non-resident run-level files, unless the
   // directory is no run directory here, a local entry has the name (local

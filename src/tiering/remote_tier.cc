@@ -53,7 +53,7 @@ void RemoteTier::Start() {
   RecomputeCacheUse();
   // Before any upload worker asks for work: which directories are runs,
   // so queued run-level files are recognised as such.
-  ns_->QueueRunFileUploads();
+  ns_->RepairUploadQueue();
   for (int i = 0; i < options_.upload_files; i++) threads_.emplace_back([this] { UploadLoop(); });
   for (int i = 0; i < options_.fetch_threads; i++) threads_.emplace_back([this] { FetchLoop(); });
   threads_.emplace_back([this] { ControlLoop(); });
@@ -237,7 +237,7 @@ void RemoteTier::ControlLoop() {
       }
     }
     MarkFetchedFilesResident();
-    ns_->QueueRunFileUploads();
+    ns_->RepairUploadQueue();
     (void)PersistSteps();
     bool gc_due;
     {
@@ -282,7 +282,7 @@ Status RemoteTier::RunOnceForTest() {
     MutexLock lock(&mu_);
     retry_after_.clear();
   };
-  ns_->QueueRunFileUploads();
+  ns_->RepairUploadQueue();
   upload_all();
   MarkFetchedFilesResident();
   if (Status st = PersistSteps(); !st.ok() && first.ok()) first = st;

@@ -396,7 +396,7 @@ TEST_F(RunFilesTest, AQueuedVersionSurvivesAKillAndStillWaitsForItsStep) {
   const uint64_t run = Mkdir(fs, kRootIno, "run");
   const uint64_t s1 = SaveStep(run, 1);
   Commit(s1);
-  fs.QueueRunFileUploads();             // as the control thread does: `run` is a run now
+  fs.RepairUploadQueue();               // as the control thread does: `run` is a run now
   Save(run, "latest", "global_step1");  // queued at its close, waits for step 1's upload
   KillAndRestart();
   ASSERT_TRUE(tier_->RunOnceForTest().ok());
