@@ -26,7 +26,8 @@ namespace {
 class Node {
  public:
   Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0,
-       bool uploads = true, DataStore* data = nullptr, int64_t commit_watch_first_ns = 100'000'000)
+       bool uploads = true, DataStore* data = nullptr, int64_t commit_watch_first_ns = 100'000'000,
+       const Clock* book_clock = nullptr)
       : env_(Options(name, uploads), data) {
     ClusterBookOptions o;
     o.node = name;
@@ -34,8 +35,9 @@ class Node {
     o.refresh_ns = 0;  // every lookup reads the index
     o.publish_timeout_ns = publish_timeout_ns;
     o.commit_watch_first_ns = commit_watch_first_ns;
-    // The book's own waits (retries, back-offs) run on the real clock.
-    o.clock = nullptr;
+    // The book's own waits (retries, back-offs) run on the real clock unless
+    // the test times the book itself (book_clock, a ManualClock it advances).
+    o.clock = book_clock;
     book_ = std::make_unique<ClusterBook>(&env_.fs(), bucket, &env_.events, o);
     env_.fs().SetClusterHooks(book_.get());
   }
@@ -373,8 +375,9 @@ TEST(ClusterCommitTest, UploadsOfAPublishedPartWaitForTheCommit) {
 
 TEST(ClusterCommitTest, ANodeThatPublishedLearnsTheCommitWithoutALookup) {
   MemoryObjectStore bucket;
+  ManualClock book_clock;  // b's watch: polls when this clock says so
   Node a("a", &bucket);
-  Node b("b", &bucket);
+  Node b("b", &bucket, 0, true, nullptr, 100'000'000, &book_clock);
   const uint64_t step_a = a.Step("step1");
   const uint64_t step_b = b.Step("step1");
   // Node b fsyncs a file it keeps open: published, but b still writes the
@@ -383,7 +386,7 @@ TEST(ClusterCommitTest, ANodeThatPublishedLearnsTheCommitWithoutALookup) {
   ASSERT_TRUE(open.ok()) << open.status().ToString();
   ASSERT_TRUE(b.fs().Write(open->second.fh, "BBBB", 4, 0).ok());
   ASSERT_TRUE(b.fs().Fsync(open->second.fh, false).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  book_clock.Advance(150'000'000);
   b.book().RunOnceForTest();
   EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 0u);
   // Its close publishes again (from the book's thread: nothing changed
@@ -397,31 +400,32 @@ TEST(ClusterCommitTest, ANodeThatPublishedLearnsTheCommitWithoutALookup) {
   EXPECT_EQ(b.CommitterOf("run/step1"), "") << "node b knew of the commit before its watch looked";
   // No lookup on node b: its watch finds the commit in the bucket.
   const uint64_t refreshes = b.book().counters().refreshes.load();
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  book_clock.Advance(150'000'000);
   b.book().RunOnceForTest();
   EXPECT_EQ(b.CommitterOf("run/step1"), "a");
   EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 1u);
   EXPECT_EQ(b.book().counters().refreshes.load(), refreshes)
       << "learnt by a refresh, not by the watch";
   // Learnt, the watch ends: later passes ask nothing.
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  book_clock.Advance(250'000'000);
   b.book().RunOnceForTest();
   EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 1u);
 }
 
 TEST(ClusterCommitTest, TheCommitWatchGivesUpAfterItsPolls) {
   MemoryObjectStore bucket;
-  Node b("b", &bucket, 0, true, nullptr, /*commit_watch_first_ns=*/5'000'000);
+  ManualClock book_clock;
+  Node b("b", &bucket, 0, true, nullptr, /*commit_watch_first_ns=*/5'000'000, &book_clock);
   WriteFile(b.fs(), b.Step("step2"), "y", "BBBB");  // nobody ever commits it
   // Polls 5, 10, 20, 40, 80 and 160 ms apart, then none.
   for (int i = 0; i < 10; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(6) * (1 << i));
+    book_clock.Advance(6'000'000LL * (1 << i));
     b.book().RunOnceForTest();
   }
   EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 6u);
   // A new publication (another close) watches again.
   WriteFile(b.fs(), b.Step("step2"), "z", "Z");
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  book_clock.Advance(10'000'000);
   b.book().RunOnceForTest();
   EXPECT_EQ(b.book().counters().commit_watch_gets.load(), 7u);
 }

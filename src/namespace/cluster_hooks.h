@@ -1,6 +1,6 @@
 // The seam between the namespace and cluster mode (SPEC section 9,
 // docs/cluster.md): what FileSystem asks of the cluster while it serves
-// requests. tiering/ClusterBook implements it over the shared bucket;
+// requests. cluster/ClusterBook implements it over the shared bucket;
 // without --node FileSystem has no cluster hooks and never asks.
 //
 // The blocking calls are made without FileSystem::mu_ (they wait for the

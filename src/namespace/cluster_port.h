@@ -1,4 +1,4 @@
-// ClusterPort: what cluster mode (tiering/ClusterBook) may ask of the
+// ClusterPort: what cluster mode (cluster/ClusterBook) may ask of the
 // namespace, and nothing else; ClusterHooks is the other direction.
 // FileSystem implements it. Every method takes the namespace lock itself;
 // the ClusterBook calls them without its own locks held.
