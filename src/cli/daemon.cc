@@ -91,6 +91,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   if (!data.ok()) return data.status().Annotate("opening the data store");
   FileSystemOptions fs_options = options.fs;
   fs_options.boot_id = CurrentBootId();
+  fs_options.session_of = ProcessSession;
   auto fs = FileSystem::Open(fs_options, std::move(manifest).value(), std::move(data).value(),
                              &d->clock_, d->events_.get());
   if (!fs.ok()) return fs.status().Annotate("loading the manifest");
@@ -133,7 +134,6 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
                    d->tier_->store()->Describe().c_str());
     }
   }
-  d->fs_->SetSessionOf(ProcessSession);
   d->coordinator_ = std::make_unique<CommitCoordinator>(d->fs_.get(), d->fs_->data(), d->fs_->clock());
   WaitForRecoveredCommits(d->fs_.get());
 

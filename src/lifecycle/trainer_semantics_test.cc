@@ -329,9 +329,10 @@ TEST(TrainerSemanticsTest, IndexFilesByNameNumberOrPathAndOnlyBesideSteps) {
 }
 
 TEST(TrainerSemanticsTest, RecisIndexWaitsForEveryShardAndRecordsTheSession) {
-  FsEnv env;
+  FileSystemOptions options;
+  options.session_of = [](uint32_t pid) { return uint64_t{pid} * 1000 + 7; };
+  FsEnv env(options);
   auto& fs = env.fs();
-  fs.SetSessionOf([](uint32_t pid) { return uint64_t{pid} * 1000 + 7; });
   const uint64_t run = Mkdir(fs, kRootIno, "recis");
   const uint64_t step = Mkdir(fs, run, "ckpt_10");
   WriteAs(fs, 41, step, "io_state_0.pt", "io");

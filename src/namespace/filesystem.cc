@@ -82,11 +82,6 @@ void FileSystem::SetIndexRequester(IndexRequester fn) {
   request_index_ = std::move(fn);
 }
 
-void FileSystem::SetSessionOf(SessionOfFn fn) {
-  MutexLock lock(&mu_);
-  session_of_ = std::move(fn);
-}
-
 struct stat FileSystem::StatOf(const Inode& inode) const {
   struct stat st {};
   st.st_ino = inode.rec.ino;

@@ -125,6 +125,10 @@ struct FileSystemOptions {
   // listing reads the remote again (--refresh).
   std::string node;
   int64_t refresh_ns = 1'000'000'000;
+  // Maps a process id to a session identity (pid and start time), so that a
+  // restarted trainer is a new session; the daemon's reads /proc. Unset: the
+  // pid itself is the session.
+  std::function<uint64_t(uint32_t pid)> session_of;
 };
 
 // What asked for a step's commit (SPEC section 3's triggers). The commit
@@ -165,6 +169,14 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   ~FileSystem();
   FileSystem(const FileSystem&) = delete;
   FileSystem& operator=(const FileSystem&) = delete;
+  // Configuration is all in FileSystemOptions, given to Open. The Set*
+  // methods below are wiring, not configuration: each attaches a
+  // collaborator that can only be made once the FileSystem exists (the
+  // commit coordinator, the remote tier and the ClusterBook take it as their
+  // port; the FUSE session, which gives the kernel notifications and the
+  // passthrough registry, takes it as its userdata). The daemon attaches
+  // them before serving requests and detaches them (nullptr) before it
+  // destroys the collaborator.
 
   // --- entries (filesystem_entries.cc)
   Result<Entry> Lookup(uint64_t parent, const std::string& name);
@@ -265,11 +277,6 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   void SetCommitRequester(CommitRequester fn) override;
   void SetIndexRequester(IndexRequester fn) override;
   Status CommitStepsNamedBy(uint64_t file_ino, uint64_t session) override;
-  // Maps a process id to a session identity (pid and start time), so that
-  // a restarted trainer is a new session; set by the daemon (reads /proc).
-  // Without it the pid itself is the session.
-  using SessionOfFn = std::function<uint64_t(uint32_t pid)>;
-  void SetSessionOf(SessionOfFn fn);
 
   // CommitPort (filesystem_steps.cc): see commit_port.h.
   Result<CommitPlan> BeginCommit(uint64_t step_ino) override;
@@ -733,7 +740,6 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   StepBook steps_ GUARDED_BY(mu_);     // steps, states, commit requests
   CommitRequester request_commit_;
   IndexRequester request_index_;
-  SessionOfFn session_of_;
   // Writes every batch, and keeps them while the manifest cannot take them.
   ManifestJournal journal_ GUARDED_BY(mu_);
   std::unique_ptr<MetadataReserve> reserve_;

@@ -152,7 +152,7 @@ void FileSystem::ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batc
 
 uint64_t FileSystem::SessionOfLocked(uint32_t pid) {
   if (pid == 0) return 0;
-  return session_of_ ? session_of_(pid) : pid;
+  return options_.session_of ? options_.session_of(pid) : pid;
 }
 
 void FileSystem::NoteTriggerFileLocked(Inode* file, uint32_t writer_pid, ManifestBatch* batch) {
