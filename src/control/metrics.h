@@ -58,9 +58,6 @@ struct FsMetrics {
   // Files and bytes written by writer-library clients around FUSE.
   std::atomic<uint64_t> writer_fastpath_bytes{0};
   std::atomic<uint64_t> writer_fastpath_files{0};
-  // Opens served by kernel passthrough: their reads and writes are in no
-  // fuse_bytes counter.
-  std::atomic<uint64_t> passthrough_opens{0};
   // GETXATTR requests of every name. Before each write() the kernel asks for
   // security.capability unless the daemon handles setuid/setgid bits itself
   // (FUSE_HANDLE_KILLPRIV_V2): this shows whether writes still pay that trip.

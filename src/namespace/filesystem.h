@@ -62,6 +62,7 @@
 #include "namespace/inode.h"
 #include "namespace/inode_table.h"
 #include "namespace/manifest_journal.h"
+#include "namespace/passthrough_book.h"
 #include "namespace/step_book.h"
 #include "namespace/step_pattern.h"
 #include "namespace/tier_hooks.h"
@@ -281,14 +282,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // requests are served: with `active`, opens of resident regular files get
   // a backing id from `registry` (Opened::backing_id); status.json shows the
   // setting and why passthrough is not active.
-  struct PassthroughSetting {
-    std::string mode = "off";  // as asked for: auto, on, off
-    bool active = false;
-    std::string reason;        // why not active (empty when active)
-    // FUSE_HANDLE_KILLPRIV_V2 accepted: no security.capability lookup
-    // before each write; the daemon drops setuid/setgid bits itself.
-    bool handles_killpriv = false;
-  };
+  using PassthroughSetting = ckptfs::PassthroughSetting;
   void SetPassthrough(BackingRegistry* registry, PassthroughSetting setting);
 
   // --- remote tier (filesystem_tiering.cc). Called by RemoteTier's threads.
@@ -692,10 +686,13 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   InvalidateInodeFn invalidate_inode_;
   std::string writer_socket_ GUARDED_BY(mu_);
 
-  // Kernel passthrough (filesystem_passthrough.cc).
-  // The open's backing id, or -1 (it goes through the daemon).
+  // Kernel passthrough (filesystem_passthrough.cc; the kernel's bookkeeping
+  // is the PassthroughBook's). The open's backing id, or -1 (it goes
+  // through the daemon).
   int32_t PassthroughOpenLocked(Inode* inode, FileHandle* fh, bool resident) REQUIRES(mu_);
-  void PassthroughReleaseLocked(Inode* inode, FileHandle* fh) REQUIRES(mu_);
+  // Why this open must go through the daemon, or nullptr.
+  const char* DaemonOnlyReasonLocked(const Inode& inode, const FileHandle& fh, bool resident)
+      REQUIRES(mu_);
   // Takes size and mtime from the backing file of an inode open through
   // passthrough; true when they changed.
   bool SyncFromBackingLocked(Inode* inode) REQUIRES(mu_);
@@ -708,13 +705,7 @@ class FileSystem : public CommitPort, public TierPort, public ClusterPort {
   // The daemon recorded the backing file's state itself (a writer-library
   // close): kernel opens of it must not take that for a write of theirs.
   void NoteBackingRecordedLocked(Inode* inode) REQUIRES(mu_);
-  nlohmann::json PassthroughStatusLocked() REQUIRES(mu_);
-  BackingRegistry* backing_registry_ GUARDED_BY(mu_) = nullptr;
-  PassthroughSetting passthrough_ GUARDED_BY(mu_);
-  std::set<uint64_t> passthrough_writing_ GUARDED_BY(mu_);  // inodes with passthrough writers
-  std::map<std::string, uint64_t> passthrough_fallbacks_ GUARDED_BY(mu_);  // opens not passed, by reason
-  uint64_t passthrough_files_open_ GUARDED_BY(mu_) = 0;
-  uint64_t passthrough_register_errors_ GUARDED_BY(mu_) = 0;
+  PassthroughBook passthrough_ GUARDED_BY(mu_);
   uint64_t fsyncdir_seq_ GUARDED_BY(mu_) = 0;
 
   FsMetrics metrics_;

@@ -327,7 +327,7 @@ Status FileSystem::Release(FileHandle* fh) {
     inode->unflushed_writers++;
     ForgetPendingCommitLocked(inode->rec.parent, txn.batch());
   }
-  PassthroughReleaseLocked(inode, fh);
+  passthrough_.Release(inode, fh);
   if (inode->open_handles > 0) inode->open_handles--;
   if (fh->writable && inode->open_writers > 0) inode->open_writers--;
   if (fh->writable && !fh->flushed && inode->unflushed_writers > 0) inode->unflushed_writers--;

@@ -19,7 +19,7 @@ std::string FileSystem::RenderMetricsLocked() {
           metrics_.fuse_bytes_read.load());
   counter("ckptfs_passthrough_opens_total",
           "Opens served by kernel FUSE passthrough: their reads and writes bypass the daemon.",
-          metrics_.passthrough_opens.load());
+          passthrough_.opens());
   counter("ckptfs_fuse_getxattr_requests_total",
           "GETXATTR requests (the kernel asks for security.capability before writes unless the daemon "
           "handles setuid/setgid bits itself).",

@@ -170,7 +170,7 @@ std::string FileSystem::RenderControlFileLocked(uint64_t ino, const Caller* who)
   }
   info.holdings = HoldingsLocked();
   if (tier_) tier_->AddStatus(&info.extra);
-  info.extra["passthrough"] = PassthroughStatusLocked();
+  info.extra["passthrough"] = passthrough_.Status();
   if (cluster_) cluster_->AddStatus(&info.extra);
   // The remote's last error quotes object keys, that is paths.
   if (!everything && info.extra.contains("remote")) info.extra["remote"]["last_error"] = nullptr;

@@ -3,6 +3,8 @@
 // children). Owned by FileSystem and guarded by FileSystem::mu_.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
