@@ -133,6 +133,25 @@ TEST(BatchCountTest, RemovingACommittedStepIsOneBatch) {
   EXPECT_EQ(BatchesOf(env, [&] { ASSERT_TRUE(fs.Rmdir(run, "step1").ok()); }), 1);
 }
 
+TEST(BatchCountTest, AnIdleTickIsOneBatchHoweverManyStepsWentIdle) {
+  FileSystemOptions o;
+  o.commit_idle_ns = 3'000'000'000;
+  FsEnv env(o);
+  FileSystem& fs = env.fs();
+  const uint64_t run = Mkdir(fs, kRootIno, "run");
+  const uint64_t a = Mkdir(fs, run, "step1");
+  const uint64_t b = Mkdir(fs, run, "step2");
+  WriteFile(fs, a, "model.pt", "a");
+  WriteFile(fs, b, "model.pt", "b");
+  env.clock.Advance(4'000'000'000);
+  // Both requests, recorded in the tick's one batch.
+  EXPECT_EQ(BatchesOf(env, [&] { fs.RequestIdleCommits(); }), 1);
+  EXPECT_EQ(BatchesOf(env, [&] { fs.RequestIdleCommits(); }), 0);  // already asked
+  env.DrainCommits();
+  EXPECT_EQ(*fs.GetXattr(a, "user.ckptfs.state"), "committed");
+  EXPECT_EQ(*fs.GetXattr(b, "user.ckptfs.state"), "committed");
+}
+
 // The tier's queries only read; what they used to tidy as they read (queue
 // entries with nothing to upload) is RepairUploadQueue's one change.
 TEST(BatchCountTest, TheTiersQueriesWriteNothingAndTheRepairIsOneBatch) {

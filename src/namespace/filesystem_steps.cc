@@ -502,6 +502,8 @@ void FileSystem::RequestIdleCommits() {
   if (options_.commit_idle_ns <= 0) return;
   MutexLock lock(&mu_);
   const int64_t now = clock_->MonotonicNanos();
+  // One tick, one transaction, however many steps went idle.
+  Transaction txn = BeginLocked();
   for (auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kWriting) continue;
     StepRuntime& rt = steps_.Runtime(ino);
@@ -509,22 +511,21 @@ void FileSystem::RequestIdleCommits() {
     if (now - rt.last_activity < options_.commit_idle_ns) continue;
     Inode* dir = inodes_.Find(ino);
     if (!dir || OpenWritersUnderLocked(dir) > 0) continue;
-    Transaction txn = BeginLocked();
     RequestCommitLocked(ino, CommitTrigger::kIdle, txn.batch());
-    (void)txn.Write();  // a failure is kept and retried
   }
+  (void)txn.Write();  // a failure is kept and retried
 }
 
 void FileSystem::RequestSettledCommits() {
   MutexLock lock(&mu_);
   const int64_t now = clock_->MonotonicNanos();
+  Transaction txn = BeginLocked();  // one per tick
   for (auto& [ino, rt] : steps_.runtimes()) {
     if (!rt.commit_wanted || rt.committing || !rt.settling) continue;
     if (now - rt.last_activity < options_.commit_settle_ns) continue;
-    Transaction txn = BeginLocked();
     RequestCommitLocked(ino, CommitTrigger::kRetry, txn.batch());
-    (void)txn.Write();  // a failure is kept and retried
   }
+  (void)txn.Write();  // a failure is kept and retried
 }
 
 void FileSystem::RequestRecoveredCommits() {
