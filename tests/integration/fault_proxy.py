@@ -15,7 +15,9 @@ with it instead:
   stall          waits ``stall_s`` before forwarding
 
 At most one fault per request, drawn from a seeded RNG, so a run is repeatable as far as the
-client's own timing allows. Every fault is counted (``counts()``: {"PUT flip_request": 3, ...}).
+client's own timing allows. Which requests the draws land on depends on that timing, so a
+test that needs a fault of some kind to happen at all names it in ``first``: the first
+requests of the method (with a body, for a flip) get those faults, in order, before any draw. Every fault is counted (``counts()``: {"PUT flip_request": 3, ...}).
 Only stdlib; threads; binds 127.0.0.1; stops injecting after ``fault_window_s`` and shuts down
 for good after ``lifetime_s`` whatever the test does, so a hung test cannot leave it behind.
 
@@ -46,9 +48,11 @@ class Faults:
     status_5xx: float = 0.0
     stall: float = 0.0
     stall_s: float = 2.0
+    first: tuple = ()  # faults given for certain to the method's first requests, in order
 
     def kinds(self):
-        return [(f.name, getattr(self, f.name)) for f in fields(self) if f.name != "stall_s"]
+        return [(f.name, getattr(self, f.name)) for f in fields(self)
+                if f.name not in ("stall_s", "first")]
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -69,6 +73,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._counts = {}
         self._requests = {}
+        self._forced = {method: list(f.first) for method, f in faults.items()}
         self._faults_until = time.monotonic() + fault_window_s
         self._lifetime_s = lifetime_s
         proxy = self
@@ -107,6 +112,7 @@ class FaultProxy:
         """Replaces the per-method faults (e.g. to start GET flips once a mount is up)."""
         with self._lock:
             self.faults = dict(faults)
+            self._forced = {method: list(f.first) for method, f in faults.items()}
 
     def stop_faults(self):
         with self._lock:
@@ -128,7 +134,7 @@ class FaultProxy:
             return dict(self._requests)
 
     # -- the work
-    def _draw(self, method):
+    def _draw(self, method, has_body):
         with self._lock:
             self._requests[method] = self._requests.get(method, 0) + 1
             f = self.faults.get(method)
@@ -136,6 +142,9 @@ class FaultProxy:
                 return None, None
             r = self._rng.random()
             bit = self._rng.getrandbits(62)
+            forced = self._forced.get(method)
+            if forced and (has_body or forced[0] != "flip_request"):
+                return forced.pop(0), bit
             for kind, p in f.kinds():
                 if r < p:
                     return kind, bit
@@ -160,7 +169,7 @@ class FaultProxy:
         method = h.command
         n = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(n) if n else b""
-        kind, bit = self._draw(method)
+        kind, bit = self._draw(method, bool(body))
 
         if kind == "reset":
             self._count(method, kind)
