@@ -1,6 +1,6 @@
-// FileSystem construction and the helpers every operation shares: finding
-// inodes, building entries and stat buffers, linking and unlinking, and
-// applying manifest batches.
+// FileSystem and FileSystemCore construction, and the core's helpers every
+// operation shares: building entries and stat buffers, checking names,
+// making and dropping links.
 #include "namespace/filesystem.h"
 #include "views/full_view_cache.h"
 
@@ -15,9 +15,10 @@ constexpr size_t kNameMax = 255;
 constexpr blksize_t kPreferredIoSize = 1 << 20;  // matches the FUSE max_write
 }  // namespace
 
-FileSystem::FileSystem(FileSystemOptions options, StepPattern pattern,
-                       std::unique_ptr<ManifestStore> manifest, std::unique_ptr<DataStore> data,
-                       const Clock* clock, EventLog* events)
+FileSystemCore::FileSystemCore(FileSystemOptions options, StepPattern pattern,
+                               std::unique_ptr<ManifestStore> manifest,
+                               std::unique_ptr<DataStore> data, const Clock* clock,
+                               EventLog* events)
     : options_(std::move(options)),
       pattern_(std::move(pattern)),
       manifest_(std::move(manifest)),
@@ -27,7 +28,16 @@ FileSystem::FileSystem(FileSystemOptions options, StepPattern pattern,
       start_time_(clock->Now()),
       journal_(manifest_.get(), clock, events),
       reserve_(std::make_unique<MetadataReserve>(options_.metadata_reserve, data_.get(), clock)),
-      full_views_(std::make_unique<FullViewCache>()),
+      full_views_(std::make_unique<FullViewCache>()) {}
+
+// Defined here, where FullViewCache is complete.
+FileSystemCore::~FileSystemCore() = default;
+
+FileSystem::FileSystem(FileSystemOptions options, StepPattern pattern,
+                       std::unique_ptr<ManifestStore> manifest, std::unique_ptr<DataStore> data,
+                       const Clock* clock, EventLog* events)
+    : FileSystemCore(std::move(options), std::move(pattern), std::move(manifest), std::move(data),
+                     clock, events),
       control_nodes_(MakeControlNodes(this)),
       full_view_nodes_(MakeFullViewNodes(this)) {}
 
@@ -82,7 +92,7 @@ void FileSystem::SetIndexRequester(IndexRequester fn) {
   request_index_ = std::move(fn);
 }
 
-struct stat FileSystem::StatOf(const Inode& inode) const {
+struct stat FileSystemCore::StatOf(const Inode& inode) const {
   struct stat st {};
   st.st_ino = inode.rec.ino;
   st.st_mode = inode.rec.mode;
@@ -98,7 +108,7 @@ struct stat FileSystem::StatOf(const Inode& inode) const {
   return st;
 }
 
-Entry FileSystem::MakeEntry(Inode* inode) {
+Entry FileSystemCore::MakeEntry(Inode* inode) {
   inode->lookups++;
   Entry e;
   e.ino = inode->rec.ino;
@@ -108,7 +118,7 @@ Entry FileSystem::MakeEntry(Inode* inode) {
   return e;
 }
 
-Status FileSystem::CheckName(const std::string& name) const {
+Status FileSystemCore::CheckName(const std::string& name) const {
   if (name.empty() || name == "." || name == "..") return Status::Error(EINVAL, "invalid name");
   if (name.size() > kNameMax) {
     return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
@@ -119,8 +129,8 @@ Status FileSystem::CheckName(const std::string& name) const {
   return Status::Ok();
 }
 
-Status FileSystem::CheckWritableDirLocked(Inode* dir) const {
-  CKPTFS_RETURN_IF_ERROR(const_cast<FileSystem*>(this)->CheckHealthyLocked());
+Status FileSystemCore::CheckWritableDirLocked(Inode* dir) const {
+  CKPTFS_RETURN_IF_ERROR(const_cast<FileSystemCore*>(this)->CheckHealthyLocked());
   const uint64_t step = steps_.StepOf(inodes_, dir->rec.ino);
   if (step != 0 && steps_.IsSealed(step)) {
     return Status::Error(EROFS, "step is committed or being deleted; its contents are read-only");
@@ -128,13 +138,14 @@ Status FileSystem::CheckWritableDirLocked(Inode* dir) const {
   return Status::Ok();
 }
 
-bool FileSystem::HasRealChild(Inode* dir, const std::string& name) const {
+bool FileSystemCore::HasRealChild(Inode* dir, const std::string& name) const {
   return dir->children.count(name) != 0;
 }
 
-Result<Inode*> FileSystem::NewInodeLocked(const Caller& c, uint64_t parent, const std::string& name,
-                                          uint32_t mode, ManifestBatch* batch,
-                                          std::unique_ptr<BackingFile>* backing) {
+Result<Inode*> FileSystemCore::NewInodeLocked(const Caller& c, uint64_t parent,
+                                              const std::string& name, uint32_t mode,
+                                              ManifestBatch* batch,
+                                              std::unique_ptr<BackingFile>* backing) {
   Inode* dir = inodes_.Find(parent);
   Inode* inode = inodes_.Allocate();
   const timespec now = clock_->Now();
@@ -163,7 +174,7 @@ Result<Inode*> FileSystem::NewInodeLocked(const Caller& c, uint64_t parent, cons
   return inode;
 }
 
-void FileSystem::DropLinkLocked(Inode* inode, ManifestBatch* batch) {
+void FileSystemCore::DropLinkLocked(Inode* inode, ManifestBatch* batch) {
   inode->rec.ctime = clock_->Now();
   if (inode->is_dir()) {
     inode->rec.nlink = 0;

@@ -27,7 +27,7 @@ void FileSystem::SetClusterHooks(ClusterHooks* hooks) {
 // Each node's local rank 0 renames its own into the step, with no barrier
 // before global rank 0 writes the step's metadata on its node, so a node's
 // staged files must already count as its part of the step.
-std::string FileSystem::StagedStepPathLocked(uint64_t ino) {
+std::string FileSystemCore::StagedStepPathLocked(uint64_t ino) {
   constexpr const char* kSuffix = "-tmp";
   for (int depth = 0; ino != 0 && ino != kRootIno && depth < 64; depth++) {
     Inode* inode = inodes_.Find(ino);
@@ -46,13 +46,13 @@ std::string FileSystem::StagedStepPathLocked(uint64_t ino) {
   return "";
 }
 
-uint64_t FileSystem::StagingDirOfLocked(const std::string& step_path) {
+uint64_t FileSystemCore::StagingDirOfLocked(const std::string& step_path) {
   const uint64_t ino = ResolveRelativeLocked(kRootIno, step_path + "-tmp");
   Inode* dir = ino ? inodes_.Find(ino) : nullptr;
   return dir && dir->is_dir() && !steps_.count(ino) ? ino : 0;
 }
 
-std::string FileSystem::PathInStepLocked(uint64_t ino, const std::string& step_path) {
+std::string FileSystemCore::PathInStepLocked(uint64_t ino, const std::string& step_path) {
   const std::string path = inodes_.PathOf(ino);
   for (const std::string& base : {step_path + "/", step_path + "-tmp/"}) {
     if (path.size() > base.size() && path.compare(0, base.size(), base) == 0) return path.substr(base.size());
@@ -60,7 +60,7 @@ std::string FileSystem::PathInStepLocked(uint64_t ino, const std::string& step_p
   return "";
 }
 
-std::string FileSystem::ClusterStepOfLocked(uint64_t ino) {
+std::string FileSystemCore::ClusterStepOfLocked(uint64_t ino) {
   if (!cluster_) return "";
   const uint64_t step = steps_.StepOf(inodes_, ino);
   if (step == 0) return StagedStepPathLocked(ino);
@@ -113,7 +113,7 @@ void FileSystem::MaybeRefreshCluster() {
   if (cluster_) cluster_->MaybeRefresh();
 }
 
-PartRecord::File FileSystem::PartFileLocked(const Inode& file, const std::string& rel) {
+PartRecord::File FileSystemCore::PartFileLocked(const Inode& file, const std::string& rel) {
   PartRecord::File f;
   f.path = rel;
   f.size = file.rec.size;
@@ -122,7 +122,7 @@ PartRecord::File FileSystem::PartFileLocked(const Inode& file, const std::string
   return f;
 }
 
-void FileSystem::CollectPartLocked(Inode* dir, PartRecord* part) {
+void FileSystemCore::CollectPartLocked(Inode* dir, PartRecord* part) {
   inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) REQUIRES(mu_) {
     if (child->is_dir()) {
       part->dirs.push_back(rel);
@@ -154,7 +154,7 @@ Result<PartRecord> FileSystem::PartSnapshot(const std::string& step_path) {
   return PartSnapshotLocked(step_path);
 }
 
-Result<PartRecord> FileSystem::PartSnapshotLocked(const std::string& step_path) {
+Result<PartRecord> FileSystemCore::PartSnapshotLocked(const std::string& step_path) {
   const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
   auto it = steps_.find(step);
   Inode* dir = step ? inodes_.Find(step) : nullptr;
@@ -212,8 +212,9 @@ std::map<std::string, ClusterPort::StepView> FileSystem::StepViews() {
   return out;
 }
 
-Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStepRecord& record,
-                                            ManifestBatch* batch, std::vector<uint64_t>* sealed) {
+Status FileSystemCore::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStepRecord& record,
+                                                ManifestBatch* batch,
+                                                std::vector<uint64_t>* sealed) {
   Inode* dir = inodes_.Find(step_ino);
   if (!dir) return Status::Error(ENOENT, record.step_path + " vanished");
   const std::string me = cluster_ ? cluster_->node() : options_.node;
@@ -289,8 +290,8 @@ Status FileSystem::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStep
   return Status::Ok();
 }
 
-CommitFacts FileSystem::ClusterCommitFacts(const StepRecord& before,
-                                           const ClusterStepRecord& record) {
+CommitFacts FileSystemCore::ClusterCommitFacts(const StepRecord& before,
+                                               const ClusterStepRecord& record) {
   CommitFacts facts;
   facts.committed_at = SecondsToTimespec(record.committed_at);
   facts.bytes = record.bytes;
@@ -383,7 +384,7 @@ Status FileSystem::ApplyClusterPersisted(const std::string& step_path) {
   return txn.Write();
 }
 
-void FileSystem::AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) {
+void FileSystemCore::AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) {
   if (!cluster_ || applying_cluster_removal_ || rec.committer.empty()) return;
   if (rec.state != StepState::kCommitted) return;
   cluster_->StepRemoved(inodes_.PathOf(step_ino));
@@ -429,8 +430,8 @@ std::vector<ClusterPort::AwaitedPart> FileSystem::PartsAwaited() {
   return out;
 }
 
-bool FileSystem::NoteRemoteUploadLocked(Inode* inode, const PartRecord& part, const PartRecord::File& f,
-                                        ManifestBatch* batch) {
+bool FileSystemCore::NoteRemoteUploadLocked(Inode* inode, const PartRecord& part,
+                                            const PartRecord::File& f, ManifestBatch* batch) {
   if (!inode || !inode->object || inode->object->owner_node != part.node || inode->object->crc_known) return false;
   if (!f.uploaded || !f.crc32c || f.size != inode->rec.size) return false;
   ObjectRecord& o = *inode->object;
@@ -598,7 +599,7 @@ Status FileSystem::DecideCluster(CommitPlan* plan) {
   return Status::Ok();
 }
 
-Status FileSystem::FinishClusterCommitLocked(const CommitPlan& plan) {
+Status FileSystemCore::FinishClusterCommitLocked(const CommitPort::CommitPlan& plan) {
   const ClusterStepRecord& record = *plan.decided;
   StepRuntime& rt = steps_.Runtime(plan.step_ino);
   auto it = steps_.find(plan.step_ino);

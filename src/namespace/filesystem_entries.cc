@@ -14,8 +14,8 @@ constexpr size_t kSymlinkMax = 4095;
 
 }  // namespace
 
-Result<Inode*> FileSystem::PrepareNewEntryLocked(MutexLock& lock, uint64_t parent,
-                                                 const std::string& name) {
+Result<Inode*> FileSystemCore::PrepareNewEntryLocked(MutexLock& lock, uint64_t parent,
+                                                     const std::string& name) {
   if (!IsRealIno(parent)) return Status::Error(EROFS, "the ckptfs control directory is read-only");
   WaitUntilNotCommittingLocked(lock, parent);
   auto dir = inodes_.FindDir(parent);
@@ -201,7 +201,7 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   return Status::Ok();
 }
 
-Status FileSystem::TurnOffLatestLinkLocked(Inode* run) {
+Status FileSystemCore::TurnOffLatestLinkLocked(Inode* run) {
   // `rm latest` on the virtual link: the user (or a trainer about to write
   // its own `latest`) manages the name from now on. Recorded as the run's
   // xattr so it survives restarts and can be undone with setfattr.

@@ -131,7 +131,7 @@ Result<FileSystem::FastPathFile> FileSystem::OpenForFastPath(const FastPathCalle
   return FastPathFile{fh, *grant, fh->ino};
 }
 
-Result<uint32_t> FileSystem::Crc32cOfBacking(BackingFile* file, uint64_t size) {
+Result<uint32_t> FileSystemCore::Crc32cOfBacking(BackingFile* file, uint64_t size) {
   // The library writes with O_DIRECT, so the bytes are usually read back
   // from the disk: sequential readahead, large reads. (The upload reads
   // them next and finds them cached.)
@@ -252,7 +252,7 @@ Status FileSystem::CheckUnchangedSinceClose(uint64_t ino, BackingFile* file) {
   return Status::Error(EIO, path + " changed outside ckptfs after its writer closed it: " + what);
 }
 
-void FileSystem::LoadChecksums(Status* decode_error) {
+void FileSystemCore::LoadChecksums(Status* decode_error) {
   Status st = manifest_->Scan(KeySpace::kChecksums, "", [&](std::string_view k, std::string_view v) {
     mu_.AssertHeld();  // runs inside this call, under the lock
     auto ino = DecodeInoKey(k);
@@ -267,14 +267,14 @@ void FileSystem::LoadChecksums(Status* decode_error) {
   if (!st.ok()) *decode_error = st;
 }
 
-void FileSystem::ForgetChecksumLocked(Inode* inode, ManifestBatch* batch) {
+void FileSystemCore::ForgetChecksumLocked(Inode* inode, ManifestBatch* batch) {
   if (!inode->checksum) return;
   batch->Delete(KeySpace::kChecksums, InoKey(inode->rec.ino));
   inode->checksum.reset();
 }
 
-std::optional<std::string> FileSystem::FastPathXattrLocked(const Inode& inode,
-                                                           const std::string& name) const {
+std::optional<std::string> FileSystemCore::FastPathXattrLocked(const Inode& inode,
+                                                               const std::string& name) const {
   if (name == kWriterSocketXattr && inode.rec.ino == kRootIno && !writer_socket_.empty()) {
     return writer_socket_;
   }
@@ -287,8 +287,8 @@ std::optional<std::string> FileSystem::FastPathXattrLocked(const Inode& inode,
   return std::nullopt;
 }
 
-void FileSystem::FastPathXattrNamesLocked(const Inode& inode,
-                                          std::vector<std::string>* names) const {
+void FileSystemCore::FastPathXattrNamesLocked(const Inode& inode,
+                                              std::vector<std::string>* names) const {
   for (const char* n : {kWriterSocketXattr, kCrc32cXattr}) {
     if (FastPathXattrLocked(inode, n)) names->push_back(n);
   }

@@ -68,7 +68,7 @@ class FsShardReader final : public ShardReader {
   std::map<std::string, FileHandle*> open_;
 };
 
-uint64_t FileSystem::ResolveRelativeLocked(uint64_t dir_ino, const std::string& path) {
+uint64_t FileSystemCore::ResolveRelativeLocked(uint64_t dir_ino, const std::string& path) {
   uint64_t ino = dir_ino;
   size_t start = 0;
   while (start <= path.size()) {
@@ -85,7 +85,7 @@ uint64_t FileSystem::ResolveRelativeLocked(uint64_t dir_ino, const std::string& 
   return ino;
 }
 
-bool FileSystem::ListsFullDirLocked(Inode* dir) {
+bool FileSystemCore::ListsFullDirLocked(Inode* dir) {
   if (!options_.show_full || HasRealChild(dir, kFullDirName)) return false;
   const uint64_t step = steps_.StepOf(inodes_, dir->rec.ino);
   auto it = steps_.find(step);

@@ -235,7 +235,7 @@ Status FileSystem::Flush(FileHandle* fh) {
   return PublishPartOf(publish, &closed);
 }
 
-void FileSystem::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch) {
+void FileSystemCore::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch) {
   // close() returns to the trainer once FLUSH is answered; RELEASE, which
   // asks for the commit, follows asynchronously (and a rename of the marker
   // into place may come before it). The manifest learns of the commit

@@ -10,8 +10,8 @@
 
 namespace ckptfs {
 
-Result<Inode*> FileSystem::EnsureDirPathLocked(Inode* base, const std::string& rel,
-                                               ManifestBatch* batch) {
+Result<Inode*> FileSystemCore::EnsureDirPathLocked(Inode* base, const std::string& rel,
+                                                   ManifestBatch* batch) {
   Inode* at = base;
   size_t start = 0;
   while (start < rel.size()) {
@@ -39,8 +39,8 @@ Result<Inode*> FileSystem::EnsureDirPathLocked(Inode* base, const std::string& r
   return at;
 }
 
-Result<Inode*> FileSystem::AddSealedFileLocked(Inode* step_dir, const SealedFile& f,
-                                               ManifestBatch* batch) {
+Result<Inode*> FileSystemCore::AddSealedFileLocked(Inode* step_dir, const SealedFile& f,
+                                                   ManifestBatch* batch) {
   const size_t slash = f.path.rfind('/');
   const std::string leaf = slash == std::string::npos ? f.path : f.path.substr(slash + 1);
   auto parent = EnsureDirPathLocked(
@@ -65,9 +65,9 @@ Result<Inode*> FileSystem::AddSealedFileLocked(Inode* step_dir, const SealedFile
   return file;
 }
 
-Status FileSystem::AddSealedSymlinkLocked(Inode* step_dir, const std::string& path,
-                                          const std::string& target, bool keep_existing,
-                                          ManifestBatch* batch) {
+Status FileSystemCore::AddSealedSymlinkLocked(Inode* step_dir, const std::string& path,
+                                              const std::string& target, bool keep_existing,
+                                              ManifestBatch* batch) {
   const size_t slash = path.rfind('/');
   const std::string leaf = slash == std::string::npos ? path : path.substr(slash + 1);
   auto parent =

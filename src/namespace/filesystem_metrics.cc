@@ -5,7 +5,7 @@
 
 namespace ckptfs {
 
-std::string FileSystem::RenderMetricsLocked() {
+std::string FileSystemCore::RenderMetricsLocked() {
   PrometheusWriter w;
   auto counter = [&](const char* name, const char* help, uint64_t v) {
     w.Family(name, "counter", help);

@@ -25,8 +25,8 @@ void FileSystem::SetPassthrough(BackingRegistry* registry, PassthroughSetting se
   passthrough_.Configure(registry, std::move(setting));
 }
 
-const char* FileSystem::DaemonOnlyReasonLocked(const Inode& inode, const FileHandle& fh,
-                                               bool resident) {
+const char* FileSystemCore::DaemonOnlyReasonLocked(const Inode& inode, const FileHandle& fh,
+                                                   bool resident) {
   // Data still in the remote is fetched by the daemon's reads; the file
   // switches to passthrough at an open once it is resident.
   if (!resident) return "not_resident";
@@ -46,7 +46,7 @@ const char* FileSystem::DaemonOnlyReasonLocked(const Inode& inode, const FileHan
   return nullptr;
 }
 
-int32_t FileSystem::PassthroughOpenLocked(Inode* inode, FileHandle* fh, bool resident) {
+int32_t FileSystemCore::PassthroughOpenLocked(Inode* inode, FileHandle* fh, bool resident) {
   if (!passthrough_.active() || !fh->file || fh->file->fd() < 0) return -1;
   if (const char* why = DaemonOnlyReasonLocked(*inode, *fh, resident)) {
     passthrough_.ServeInDaemon(why);
@@ -55,7 +55,7 @@ int32_t FileSystem::PassthroughOpenLocked(Inode* inode, FileHandle* fh, bool res
   return passthrough_.Open(inode, fh, data_.get());
 }
 
-bool FileSystem::SyncFromBackingLocked(Inode* inode) {
+bool FileSystemCore::SyncFromBackingLocked(Inode* inode) {
   if (!inode->passthrough_backing) return false;
   auto now = inode->passthrough_backing->Stat();
   if (!now.ok() || *now == inode->backing_seen) return false;
@@ -71,12 +71,12 @@ bool FileSystem::SyncFromBackingLocked(Inode* inode) {
   return true;
 }
 
-void FileSystem::NoteBackingRecordedLocked(Inode* inode) {
+void FileSystemCore::NoteBackingRecordedLocked(Inode* inode) {
   if (!inode->passthrough_backing) return;
   if (auto now = inode->passthrough_backing->Stat(); now.ok()) inode->backing_seen = *now;
 }
 
-void FileSystem::SyncPassthroughWritersLocked() {
+void FileSystemCore::SyncPassthroughWritersLocked() {
   for (uint64_t ino : passthrough_.writing()) {
     if (Inode* inode = inodes_.Find(ino)) SyncFromBackingLocked(inode);
   }

@@ -10,7 +10,7 @@
 
 namespace ckptfs {
 
-Status FileSystem::LoadLocked() {
+Status FileSystemCore::LoadLocked() {
   CKPTFS_RETURN_IF_ERROR(CheckFormatVersion(*manifest_));
   Status decode_error;
   CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kInodes, "", [&](std::string_view, std::string_view v) {
@@ -74,7 +74,7 @@ Status FileSystem::LoadLocked() {
   return decode_error;
 }
 
-Status FileSystem::RecoverLocked() {
+Status FileSystemCore::RecoverLocked() {
   Transaction txn = BeginLocked();
   const timespec now = clock_->Now();
   // Same boot: only the daemon died, and every byte it (or a fast-path
@@ -187,8 +187,8 @@ Status FileSystem::RecoverLocked() {
   return data_->SyncDir();
 }
 
-void FileSystem::RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot,
-                                          ManifestBatch* batch) {
+void FileSystemCore::RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot,
+                                              ManifestBatch* batch) {
   const bool committed_or_deleting = rec->state == StepState::kCommitted || rec->state == StepState::kDeleting;
   if (rec->pending_commit != 0 && same_boot && !committed_or_deleting) {
     // A marker closed, a rename done, an index file naming the step, an

@@ -76,7 +76,7 @@ void FileSystem::FlushInvalidations() {
 //    empty value clears the mount's rule);
 //  * else the mount's policy.
 // Values were validated when set; a bad one (older version) is ignored.
-RetentionPolicy FileSystem::PolicyOf(Inode* run) {
+RetentionPolicy FileSystemCore::PolicyOf(Inode* run) {
   auto preset = run->xattrs.find(std::string(kRulePrefix) + "retention");
   if (preset != run->xattrs.end() && !preset->second.empty()) {
     RetentionPolicy own;
@@ -98,7 +98,7 @@ RetentionPolicy FileSystem::PolicyOf(Inode* run) {
   return policy;
 }
 
-std::vector<StepDecision> FileSystem::PlanLocked(Inode* run) {
+std::vector<StepDecision> FileSystemCore::PlanLocked(Inode* run) {
   std::vector<StepFacts> facts;
   for (const auto& [name, dent] : run->children) {
     auto step = steps_.find(dent.ino);
@@ -134,7 +134,7 @@ Result<std::vector<StepDecision>> FileSystem::PlanRetentionFor(uint64_t run_ino)
   return PlanLocked(*run);
 }
 
-void FileSystem::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch) {
+void FileSystemCore::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch) {
   Inode* run = inodes_.Find(run_ino);
   if (!run || !run->is_dir()) return;
   // Cluster mode: retention is decided once for the cluster, by the node
@@ -146,7 +146,7 @@ void FileSystem::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch) {
   }
 }
 
-void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
+void FileSystemCore::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
   for (const auto& [name, dent] : dir->children) {
     batch->Delete(KeySpace::kDentries, DentryKey(dir->rec.ino, name));
     Inode* child = inodes_.Find(dent.ino);
@@ -182,7 +182,8 @@ void FileSystem::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
   dir->by_cookie.clear();
 }
 
-void FileSystem::RemoveStepLocked(uint64_t step_ino, const std::string& reason, ManifestBatch* batch) {
+void FileSystemCore::RemoveStepLocked(uint64_t step_ino, const std::string& reason,
+                                      ManifestBatch* batch) {
   Inode* step = inodes_.Find(step_ino);
   auto rec_it = steps_.find(step_ino);
   if (!step || rec_it == steps_.end()) return;
@@ -235,8 +236,8 @@ Result<size_t> FileSystem::CollectGarbage(size_t max) {
   return inos.size();
 }
 
-Status FileSystem::ValidateXattrLocked(Inode* inode, const std::string& name,
-                                       const std::string& value) {
+Status FileSystemCore::ValidateXattrLocked(Inode* inode, const std::string& name,
+                                           const std::string& value) {
   if (name.rfind(kRulePrefix, 0) != 0) return Status::Ok();
   const std::string rule = name.substr(std::string(kRulePrefix).size());
   Status st;

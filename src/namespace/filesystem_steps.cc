@@ -8,7 +8,7 @@
 
 namespace ckptfs {
 
-void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
+void FileSystemCore::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
   const uint64_t step = steps_.StepOf(inodes_, dir_ino);
   auto it = steps_.find(step);
   if (it == steps_.end()) return;
@@ -23,7 +23,7 @@ void FileSystem::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) {
   EmitStepEventLocked("delete", step, rec);
 }
 
-uint64_t FileSystem::VirtualLatestOfLocked(uint64_t run_ino) {
+uint64_t FileSystemCore::VirtualLatestOfLocked(uint64_t run_ino) {
   Inode* run = inodes_.Find(run_ino);
   if (!run || !run->is_dir() || HasRealChild(run, kLatestName)) return 0;
   if (auto it = run->xattrs.find(kLatestLinkXattr); it != run->xattrs.end() && it->second == "off") return 0;
@@ -42,7 +42,7 @@ uint64_t FileSystem::VirtualLatestOfLocked(uint64_t run_ino) {
   return step;
 }
 
-void FileSystem::ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool* commit_now) {
+void FileSystemCore::ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool* commit_now) {
   const uint64_t ino = dir->rec.ino;
   std::optional<int64_t> number;
   if (ino != kRootIno && steps_.StepOf(inodes_, dir->rec.parent) == 0) number = pattern_.Match(dir->name);
@@ -63,7 +63,7 @@ void FileSystem::ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool* com
   }
 }
 
-void FileSystem::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
+void FileSystemCore::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
   if (steps_.StepOf(inodes_, dir->rec.ino) == 0) return;
   inodes_.WalkBelow(dir, [&](Inode* child, const std::string&) REQUIRES(mu_) {
     if (child->is_dir()) steps_.Remove(child->rec.ino, batch);
@@ -71,18 +71,18 @@ void FileSystem::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
   });
 }
 
-void FileSystem::NoteActivityLocked(uint64_t ino) {
+void FileSystemCore::NoteActivityLocked(uint64_t ino) {
   const uint64_t step = steps_.StepOf(inodes_, ino);
   if (step != 0) steps_.Runtime(step).last_activity = clock_->MonotonicNanos();
 }
 
-bool FileSystem::IsMarkerName(const std::string& name) const {
+bool FileSystemCore::IsMarkerName(const std::string& name) const {
   return std::find(options_.commit_markers.begin(), options_.commit_markers.end(), name) !=
          options_.commit_markers.end();
 }
 
-void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, ManifestBatch* batch,
-                                     uint64_t session) {
+void FileSystemCore::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, ManifestBatch* batch,
+                                         uint64_t session) {
   auto it = steps_.find(step_ino);
   if (it == steps_.end() || it->second.state == StepState::kCommitted) return;
   StepRuntime& rt = steps_.Runtime(step_ino);
@@ -118,7 +118,7 @@ void FileSystem::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, Manif
   if (request_commit_) request_commit_(step_ino);
 }
 
-void FileSystem::RecordPendingCommitLocked(uint64_t step_ino, ManifestBatch* batch) {
+void FileSystemCore::RecordPendingCommitLocked(uint64_t step_ino, ManifestBatch* batch) {
   auto it = steps_.find(step_ino);
   if (it == steps_.end() || steps_.IsSealed(step_ino)) return;
   const StepRuntime& rt = steps_.Runtime(step_ino);
@@ -140,7 +140,7 @@ void FileSystem::RecordPendingCommitLocked(uint64_t step_ino, ManifestBatch* bat
   StepBook::Put(step_ino, rec, batch);
 }
 
-void FileSystem::ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batch) {
+void FileSystemCore::ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batch) {
   const uint64_t step = steps_.StepOf(inodes_, dir_ino);
   auto it = steps_.find(step);
   if (it == steps_.end()) return;
@@ -150,12 +150,12 @@ void FileSystem::ForgetPendingCommitLocked(uint64_t dir_ino, ManifestBatch* batc
   StepBook::Put(step, it->second, batch);
 }
 
-uint64_t FileSystem::SessionOfLocked(uint32_t pid) {
+uint64_t FileSystemCore::SessionOfLocked(uint32_t pid) {
   if (pid == 0) return 0;
   return options_.session_of ? options_.session_of(pid) : pid;
 }
 
-void FileSystem::NoteTriggerFileLocked(Inode* file, uint32_t writer_pid, ManifestBatch* batch) {
+void FileSystemCore::NoteTriggerFileLocked(Inode* file, uint32_t writer_pid, ManifestBatch* batch) {
   const uint64_t parent = file->rec.parent;
   const uint64_t step = steps_.StepOf(inodes_, parent);
   if (step != 0) {
@@ -225,7 +225,7 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
   return txn.Write();
 }
 
-uint32_t FileSystem::OpenWritersUnderLocked(Inode* dir) {
+uint32_t FileSystemCore::OpenWritersUnderLocked(Inode* dir) {
   uint32_t n = 0;
   inodes_.WalkBelow(dir, [&](Inode* inode, const std::string&) {
     n += inode->open_writers;
@@ -234,7 +234,7 @@ uint32_t FileSystem::OpenWritersUnderLocked(Inode* dir) {
   return n;
 }
 
-uint32_t FileSystem::UnflushedWritersUnderLocked(Inode* dir) {
+uint32_t FileSystemCore::UnflushedWritersUnderLocked(Inode* dir) {
   uint32_t n = 0;
   inodes_.WalkBelow(dir, [&](Inode* inode, const std::string&) {
     n += inode->unflushed_writers;
@@ -243,15 +243,15 @@ uint32_t FileSystem::UnflushedWritersUnderLocked(Inode* dir) {
   return n;
 }
 
-void FileSystem::CollectFilesLocked(Inode* dir,
-                                    std::vector<std::pair<std::string, uint64_t>>* out) {
+void FileSystemCore::CollectFilesLocked(Inode* dir,
+                                        std::vector<std::pair<std::string, uint64_t>>* out) {
   inodes_.WalkBelow(dir, [&](Inode* inode, const std::string& rel) {
     if (inode->is_reg()) out->emplace_back(rel, inode->rec.ino);
     return true;
   });
 }
 
-void FileSystem::WaitUntilNotCommittingLocked(MutexLock& lock, uint64_t dir_ino) {
+void FileSystemCore::WaitUntilNotCommittingLocked(MutexLock& lock, uint64_t dir_ino) {
   for (;;) {
     const uint64_t step = steps_.StepOf(inodes_, dir_ino);
     if (step == 0) return;
@@ -261,8 +261,8 @@ void FileSystem::WaitUntilNotCommittingLocked(MutexLock& lock, uint64_t dir_ino)
   }
 }
 
-void FileSystem::EmitStepEventLocked(const char* event, uint64_t step_ino, const StepRecord& rec,
-                                     const std::string& detail) {
+void FileSystemCore::EmitStepEventLocked(const char* event, uint64_t step_ino,
+                                         const StepRecord& rec, const std::string& detail) {
   nlohmann::json e = {{"event", event},
                       {"path", inodes_.PathOf(step_ino)},
                       {"step", rec.step},
@@ -490,7 +490,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   return Status::Ok();
 }
 
-void FileSystem::SaveEndedLocked(uint64_t step) {
+void FileSystemCore::SaveEndedLocked(uint64_t step) {
   // A commit waits for every writer of its step to close, so a commit of
   // the last closed writer's step comes after that close: the trainer has
   // reached its commit trigger and is no longer between two files of it.

@@ -54,7 +54,7 @@ bool InProgress(const StepRecord& rec) {
 
 }  // namespace
 
-Status FileSystem::CheckNotReservedLocked(uint64_t parent, const std::string& name) const {
+Status FileSystemCore::CheckNotReservedLocked(uint64_t parent, const std::string& name) const {
   // The commit object's key is <step>/.ckptfs-commit.json: a file of that
   // name directly in a step would be overwritten by it in the remote, and
   // one directly in a run directory (uploaded as a run-level file) would
@@ -74,7 +74,7 @@ Status FileSystem::CheckNotReservedLocked(uint64_t parent, const std::string& na
   return Status::Ok();
 }
 
-bool FileSystem::HoldsStepLocked(const Inode& dir) const {
+bool FileSystemCore::HoldsStepLocked(const Inode& dir) const {
   if (!dir.is_dir()) return false;
   for (const auto& [name, dent] : dir.children) {
     if (steps_.count(dent.ino)) return true;
@@ -82,13 +82,13 @@ bool FileSystem::HoldsStepLocked(const Inode& dir) const {
   return false;
 }
 
-bool FileSystem::IsRunFileLocked(const Inode& inode) const {
+bool FileSystemCore::IsRunFileLocked(const Inode& inode) const {
   // Hard-linked files have more than one path, so no natural key.
   return inode.is_reg() && inode.rec.nlink == 1 && ledger_.IsRunDir(inode.rec.parent) &&
          !IsCkptfsName(inode.name);
 }
 
-RunFileWait FileSystem::RunFileWaitLocked(const Inode& file) {
+RunFileWait FileSystemCore::RunFileWaitLocked(const Inode& file) {
   RunFileWait wait{file.rec.size, VersionMtime(file), file.rec.parent, {}};
   // Changed before this daemon started (queued before a restart, or its
   // queue entry lost with a power cut): it waits for every step not
@@ -106,7 +106,7 @@ RunFileWait FileSystem::RunFileWaitLocked(const Inode& file) {
   return wait;
 }
 
-bool FileSystem::RunFileReadyLocked(Inode* inode) {
+bool FileSystemCore::RunFileReadyLocked(Inode* inode) {
   if (inode->open_writers > 0) return false;
   RunFileWait* wait = ledger_.FindRunFileWait(inode->rec.ino);
   if (!wait) {
@@ -131,7 +131,7 @@ bool FileSystem::RunFileReadyLocked(Inode* inode) {
   return steps.empty();
 }
 
-std::set<std::string> FileSystem::RunsWithReadyRunFilesLocked() {
+std::set<std::string> FileSystemCore::RunsWithReadyRunFilesLocked() {
   std::set<std::string> out;
   for (const auto& [ino, rec] : ledger_.uploads()) {
     Inode* inode = inodes_.Find(ino);
@@ -141,7 +141,7 @@ std::set<std::string> FileSystem::RunsWithReadyRunFilesLocked() {
   return out;
 }
 
-bool FileSystem::RunFileWillReplaceLocked(const std::string& key) {
+bool FileSystemCore::RunFileWillReplaceLocked(const std::string& key) {
   const uint64_t ino = ResolveRelativeLocked(kRootIno, key);
   Inode* inode = ino ? inodes_.Find(ino) : nullptr;
   // Closed or not: a run-level file that is not up to date at its path is
@@ -154,7 +154,7 @@ void FileSystem::SetTierHooks(TierHooks* hooks) {
   tier_ = hooks;
 }
 
-void FileSystem::LoadTierStateLocked(Status* decode_error) {
+void FileSystemCore::LoadTierStateLocked(Status* decode_error) {
   Status st = manifest_->Scan(KeySpace::kObjects, "", [&](std::string_view k, std::string_view v) {
     mu_.AssertHeld();  // runs inside this call, under the lock
     auto ino = DecodeInoKey(k);
@@ -185,12 +185,12 @@ void FileSystem::LoadTierStateLocked(Status* decode_error) {
   if (!st.ok()) *decode_error = st;
 }
 
-bool FileSystem::ObjectIsCurrent(const Inode& inode, const std::string& path) const {
+bool FileSystemCore::ObjectIsCurrent(const Inode& inode, const std::string& path) const {
   return inode.object && inode.object->key == path &&
          SameVersion(inode, inode.object->size, inode.object->mtime_ns);
 }
 
-void FileSystem::QueueUploadLocked(Inode* inode, ManifestBatch* batch) {
+void FileSystemCore::QueueUploadLocked(Inode* inode, ManifestBatch* batch) {
   if (!options_.remote || !inode->is_reg() || inode->rec.nlink == 0) return;
   if (steps_.StepOf(inodes_, inode->rec.parent) == 0) {
     // Outside steps only run-level files go to the remote. This version may
@@ -202,12 +202,12 @@ void FileSystem::QueueUploadLocked(Inode* inode, ManifestBatch* batch) {
   if (tier_) tier_->UploadsQueued();
 }
 
-void FileSystem::QueueRemoteDeleteLocked(const std::string& key, bool commit_object,
-                                         ManifestBatch* batch) {
+void FileSystemCore::QueueRemoteDeleteLocked(const std::string& key, bool commit_object,
+                                             ManifestBatch* batch) {
   ledger_.QueueRemoteDelete(key, commit_object, batch);
 }
 
-void FileSystem::ForgetObjectLocked(Inode* inode, ManifestBatch* batch) {
+void FileSystemCore::ForgetObjectLocked(Inode* inode, ManifestBatch* batch) {
   if (!inode->is_reg()) return;
   ForgetChecksumLocked(inode, batch);
   const uint64_t ino = inode->rec.ino;
@@ -222,8 +222,8 @@ void FileSystem::ForgetObjectLocked(Inode* inode, ManifestBatch* batch) {
   inode->object.reset();
 }
 
-void FileSystem::UnpersistStepLocked(uint64_t step_ino, const std::string& old_path,
-                                     ManifestBatch* batch) {
+void FileSystemCore::UnpersistStepLocked(uint64_t step_ino, const std::string& old_path,
+                                         ManifestBatch* batch) {
   if (!options_.remote) return;
   auto it = steps_.find(step_ino);
   // A cluster step's commit object is its committer's.
@@ -236,7 +236,8 @@ void FileSystem::UnpersistStepLocked(uint64_t step_ino, const std::string& old_p
   steps_.SetPersisted(step_ino, false, batch);
 }
 
-std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnderLocked(Inode* dir) {
+std::vector<std::pair<uint64_t, std::string>> FileSystemCore::CommittedStepsUnderLocked(
+    Inode* dir) {
   std::vector<std::pair<uint64_t, std::string>> out;
   if (!options_.remote || !dir->is_dir()) return out;
   // dir itself, then the directories below it; no steps inside steps.
@@ -254,8 +255,8 @@ std::vector<std::pair<uint64_t, std::string>> FileSystem::CommittedStepsUnderLoc
   return out;
 }
 
-void FileSystem::NoteStepsMovedLocked(const std::vector<std::pair<uint64_t, std::string>>& moved,
-                                      ManifestBatch* batch) {
+void FileSystemCore::NoteStepsMovedLocked(
+    const std::vector<std::pair<uint64_t, std::string>>& moved, ManifestBatch* batch) {
   for (const auto& [step_ino, old_path] : moved) {
     if (inodes_.PathOf(step_ino) == old_path) continue;
     UnpersistStepLocked(step_ino, old_path, batch);
@@ -298,7 +299,7 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
   return out;
 }
 
-bool FileSystem::HasUploadLocked(Inode* inode) {
+bool FileSystemCore::HasUploadLocked(Inode* inode) {
   if (!inode || inode->rec.nlink == 0 || !inode->is_reg()) return false;
   return steps_.StepOf(inodes_, inode->rec.parent) != 0 || IsRunFileLocked(*inode);
 }
@@ -385,7 +386,7 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
   return txn.Write();
 }
 
-void FileSystem::CollectTreeLocked(Inode* dir, CommitObject* obj, bool* complete) {
+void FileSystemCore::CollectTreeLocked(Inode* dir, CommitObject* obj, bool* complete) {
   inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) REQUIRES(mu_) {
     if (child->is_dir()) {
       obj->dirs.push_back(rel);
@@ -539,8 +540,8 @@ std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidates() {
   return EvictionCandidatesLocked();
 }
 
-std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidatesLocked() {
-  std::vector<EvictionCandidate> out;
+std::vector<TierPort::EvictionCandidate> FileSystemCore::EvictionCandidatesLocked() {
+  std::vector<TierPort::EvictionCandidate> out;
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || !rec.persisted) continue;
     std::vector<std::pair<std::string, uint64_t>> files;
@@ -552,9 +553,10 @@ std::vector<FileSystem::EvictionCandidate> FileSystem::EvictionCandidatesLocked(
       out.push_back({file_ino, f->last_access_ns, f->object->resident ? f->rec.size : 0});
     }
   }
-  std::sort(out.begin(), out.end(), [](const EvictionCandidate& a, const EvictionCandidate& b) {
-    return a.last_access_ns < b.last_access_ns;
-  });
+  std::sort(out.begin(), out.end(),
+            [](const TierPort::EvictionCandidate& a, const TierPort::EvictionCandidate& b) {
+              return a.last_access_ns < b.last_access_ns;
+            });
   return out;
 }
 
@@ -613,7 +615,7 @@ uint64_t FileSystem::ResidentBytes() {
   return ResidentBytesLocked();
 }
 
-uint64_t FileSystem::ResidentBytesLocked() {
+uint64_t FileSystemCore::ResidentBytesLocked() {
   uint64_t total = 0;
   for (const auto& [ino, inode] : inodes_) {
     if (inode->is_reg() && (!inode->object || inode->object->resident)) total += inode->rec.size;
@@ -761,7 +763,7 @@ void FileSystem::RepairUploadQueue() {
   (void)txn.Write();
 }
 
-void FileSystem::RefreshRunDirsLocked() {
+void FileSystemCore::RefreshRunDirsLocked() {
   // Run directories are the parents of steps. A directory inside a step
   // is not one: its files are the step's.
   std::set<uint64_t> run_dirs;
@@ -772,7 +774,7 @@ void FileSystem::RefreshRunDirsLocked() {
   ledger_.SetRunDirs(std::move(run_dirs));
 }
 
-void FileSystem::QueueRunFilesLocked(ManifestBatch* batch) {
+void FileSystemCore::QueueRunFilesLocked(ManifestBatch* batch) {
   for (uint64_t run : ledger_.run_dirs()) {
     Inode* dir = inodes_.Find(run);
     if (!dir) continue;
@@ -786,7 +788,7 @@ void FileSystem::QueueRunFilesLocked(ManifestBatch* batch) {
   }
 }
 
-void FileSystem::QueueStrandedStepFilesLocked(ManifestBatch* batch) {
+void FileSystemCore::QueueStrandedStepFilesLocked(ManifestBatch* batch) {
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || rec.persisted) continue;
     if (!rec.committer.empty() && (!cluster_ || rec.committer != cluster_->node())) continue;
@@ -887,7 +889,7 @@ Status FileSystem::MakeLocalForWriteLocked(MutexLock& lock, uint64_t ino) NO_THR
   return Status::Error(EAGAIN, "the file kept changing while it was fetched before writing");
 }
 
-FileSystem::UploadProgress FileSystem::ProgressLocked(uint64_t step_ino) {
+FileSystem::UploadProgress FileSystemCore::ProgressLocked(uint64_t step_ino) {
   UploadProgress p;
   std::vector<std::pair<std::string, uint64_t>> files;
   if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, &files);

@@ -21,7 +21,7 @@
 
 namespace ckptfs {
 
-Result<Entry> FileSystem::LookupVirtualLocked(uint64_t parent, const std::string& name) {
+Result<Entry> FileSystemCore::LookupVirtualLocked(uint64_t parent, const std::string& name) {
   uint64_t ino = 0;
   if (parent == kRootIno && name == kControlDirName) {
     ino = kControlDirIno;
@@ -46,7 +46,7 @@ Result<Entry> FileSystem::LookupVirtualLocked(uint64_t parent, const std::string
   return e;
 }
 
-Result<Attr> FileSystem::GetAttrVirtualLocked(uint64_t ino) {
+Result<Attr> FileSystemCore::GetAttrVirtualLocked(uint64_t ino) {
   struct stat st {};
   st.st_ino = ino;
   st.st_nlink = 1;
@@ -78,7 +78,7 @@ Result<Attr> FileSystem::GetAttrVirtualLocked(uint64_t ino) {
   return Attr{st, 0};
 }
 
-std::pair<uint64_t, uint64_t> FileSystem::CurrentSizeLocked(uint64_t step_ino) {
+std::pair<uint64_t, uint64_t> FileSystemCore::CurrentSizeLocked(uint64_t step_ino) {
   SyncPassthroughWritersLocked();  // user.ckptfs.bytes counts what the kernel wrote
   std::vector<std::pair<std::string, uint64_t>> files;
   if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, &files);
@@ -87,11 +87,11 @@ std::pair<uint64_t, uint64_t> FileSystem::CurrentSizeLocked(uint64_t step_ino) {
   return {bytes, files.size()};
 }
 
-bool FileSystem::SeesEverything(const Caller* who) const {
+bool FileSystemCore::SeesEverything(const Caller* who) const {
   return who == nullptr || who->uid == 0 || who->uid == options_.owner_uid;
 }
 
-bool FileSystem::MayLookUpLocked(uint64_t ino, const Caller& who) {
+bool FileSystemCore::MayLookUpLocked(uint64_t ino, const Caller& who) {
   const Credentials cred{who.uid, who.gid, who.groups};
   Inode* inode = inodes_.Find(ino);
   if (!inode) return false;
@@ -103,7 +103,7 @@ bool FileSystem::MayLookUpLocked(uint64_t ino, const Caller& who) {
   }
 }
 
-bool FileSystem::MayLookUpPathLocked(const std::string& path, const Caller& who) {
+bool FileSystemCore::MayLookUpPathLocked(const std::string& path, const Caller& who) {
   const Credentials cred{who.uid, who.gid, who.groups};
   Inode* dir = inodes_.Find(kRootIno);
   size_t start = 0;
@@ -121,7 +121,7 @@ bool FileSystem::MayLookUpPathLocked(const std::string& path, const Caller& who)
 // Events are filtered line by line: one that names a path is shown when the
 // caller could look that path up; one that names none is shown only when
 // its kind says nothing about paths (remote errors quote object keys).
-std::string FileSystem::RenderEventsForLocked(const Caller& who) {
+std::string FileSystemCore::RenderEventsForLocked(const Caller& who) {
   static const std::set<std::string> kPathFree = {"mount", "unmount", "remote_ok", "import_done"};
   std::string out;
   std::istringstream lines(events_->Render());
@@ -140,7 +140,7 @@ std::string FileSystem::RenderEventsForLocked(const Caller& who) {
   return out;
 }
 
-std::string FileSystem::RenderControlFileLocked(uint64_t ino, const Caller* who) {
+std::string FileSystemCore::RenderControlFileLocked(uint64_t ino, const Caller* who) {
   const bool everything = SeesEverything(who);
   if (ino == kEventsFileIno) return everything ? events_->Render() : RenderEventsForLocked(*who);
   if (ino == kMetricsFileIno) return RenderMetricsLocked();
@@ -192,7 +192,7 @@ std::string FileSystem::RenderControlFileLocked(uint64_t ino, const Caller* who)
 
 // Totals over the whole mount, whoever reads status.json: sums show no
 // path, and the cache filesystem's own free space is no more private.
-Holdings FileSystem::HoldingsLocked() {
+Holdings FileSystemCore::HoldingsLocked() {
   Holdings h;
   h.local_bytes = ResidentBytesLocked();
   for (const auto& [step_ino, rec] : steps_) {
@@ -203,11 +203,12 @@ Holdings FileSystem::HoldingsLocked() {
       h.writing_bytes += CurrentSizeLocked(step_ino).first;
     }
   }
-  for (const EvictionCandidate& c : EvictionCandidatesLocked()) h.evictable_bytes += c.bytes;
+  for (const TierPort::EvictionCandidate& c : EvictionCandidatesLocked())
+    h.evictable_bytes += c.bytes;
   return h;
 }
 
-std::optional<std::string> FileSystem::StepXattrLocked(uint64_t ino, const std::string& name) {
+std::optional<std::string> FileSystemCore::StepXattrLocked(uint64_t ino, const std::string& name) {
   auto it = steps_.find(ino);
   if (it == steps_.end() || name.rfind("user.ckptfs.", 0) != 0) return std::nullopt;
   const StepRecord& rec = it->second;

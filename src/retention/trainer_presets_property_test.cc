@@ -38,7 +38,7 @@ std::string Show(const std::set<int64_t>& s) {
 }
 
 // ckptfs as the presets see it: each saved step commits, then the run's
-// plan is applied, as FileSystem::ApplyRetentionLocked does in the commit.
+// plan is applied, as FileSystemCore::ApplyRetentionLocked does in the commit.
 class CkptfsModel {
  public:
   explicit CkptfsModel(const std::string& preset) {
