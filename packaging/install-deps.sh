@@ -32,6 +32,11 @@ test_pkgs=(
   awscli s3fs
   clang-14 libclang-rt-14-dev
   clang-format-14
+  # A one-node Ceph cluster (monitor, memstore OSD, RADOS Gateway) run by
+  # tests/integration/ceph_fixture.py: the gateway is the real S3 server whose
+  # conditional writes (If-None-Match: *) and Content-MD5 checks the cluster
+  # tests need; s3rver ignores them.
+  ceph-mon ceph-osd radosgw ceph-common
 )
 
 log() { echo "install-deps: $*"; }
