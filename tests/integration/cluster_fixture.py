@@ -28,6 +28,7 @@ import sys
 
 import pytest
 
+import ceph_fixture
 from ckptfs_testlib import (CkptfsMount, _pid_alive, _wait_pid_gone, force_unmount,
                             mounted_in_proc)
 from s3rver_fixture import ACCESS_KEY, SECRET_KEY, S3rver, s3rver_available
@@ -115,7 +116,12 @@ class Cluster:
 
 def start_s3rver(monkeypatch):
     """A private s3rver with its credentials in the environment (skips the test when
-    s3rver is not installed; fails it under CI)."""
+    s3rver is not installed; fails it under CI). With CKPTFS_TEST_S3=ceph, a private Ceph
+    gateway instead (ceph_fixture.py), whose conditional writes take the protocol's
+    create-once path rather than s3rver's fallback; its memstore loses the data when it
+    stops, so the tests that stop and restart the server do not apply to it."""
+    if os.environ.get("CKPTFS_TEST_S3") == "ceph":
+        return start_ceph_gateway(monkeypatch)
     if not s3rver_available():
         if os.environ.get("CI"):
             pytest.fail("s3rver is not installed (packaging/install-deps.sh installs it)")
@@ -131,6 +137,22 @@ def start_s3rver(monkeypatch):
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return server
+
+
+def start_ceph_gateway(monkeypatch):
+    if not ceph_fixture.ceph_available():
+        pytest.skip("CKPTFS_TEST_S3=ceph, but Ceph is not installed: run packaging/install-deps.sh")
+    gw = ceph_fixture.CephGateway()
+    try:
+        gw.start()
+    except Exception:
+        gw.close()
+        raise
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ceph_fixture.ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", ceph_fixture.SECRET_KEY)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return gw
 
 
 @contextlib.contextmanager
