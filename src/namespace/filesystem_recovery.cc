@@ -175,7 +175,8 @@ Status FileSystemCore::RecoverLocked() {
   for (uint64_t ino : deleting)
     RemoveStepLocked(ino, "deletion interrupted by a daemon stop", txn.batch());
 
-  // Retention runs at mount too (SPEC section 5), in the same transaction.
+  // Retention runs at mount too (SPEC section 5), in the same transaction;
+  // in cluster mode ApplyRetentionLocked declines (SPEC section 9).
   std::set<uint64_t> runs;
   for (const auto& [ino, rec] : steps_) runs.insert(inodes_.Find(ino)->rec.parent);
   for (uint64_t run : runs) ApplyRetentionLocked(run, txn.batch());

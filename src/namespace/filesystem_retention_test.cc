@@ -178,6 +178,32 @@ TEST(RetentionTest, InodeNumbersInTheGcQueueAreNeverReused) {
   EXPECT_EQ(ReadFile(env.fs(), fresh), "precious");
 }
 
+// SPEC section 9: a node that restarts never prunes from what it remembers.
+// Recovery runs before the cluster hooks are attached; a single-node mount
+// applies its policy there (section 5), a cluster node must not (issue 28:
+// node b's restart deleted step1's objects that the whole cluster kept).
+TEST(RetentionTest, ARestartPrunesOnASingleNodeButNeverInClusterMode) {
+  for (const bool cluster_node : {false, true}) {
+    SCOPED_TRACE(cluster_node ? "cluster node b" : "single node");
+    FileSystemOptions options;
+    if (cluster_node) options.node = "b";
+    FsEnv env(options);
+    const uint64_t run = Mkdir(env.fs(), kRootIno, "run");
+    CommitStep(env, run, 1);
+    CommitStep(env, run, 2);
+    // The policy is set with every step committed; nothing is due before the
+    // restart's pass.
+    ASSERT_TRUE(env.fs().SetXattr(run, "user.ckptfs.keep_last", "1", 0).ok());
+    EXPECT_EQ(Names(env.fs(), run), (std::set<std::string>{"step1", "step2"}));
+    env.KillAndRestart();
+    if (cluster_node) {
+      EXPECT_EQ(Names(env.fs(), run), (std::set<std::string>{"step1", "step2"}));
+    } else {
+      EXPECT_EQ(Names(env.fs(), run), (std::set<std::string>{"step2"}));
+    }
+  }
+}
+
 TEST(RetentionTest, DeletingInsideAWritingStepIsOrdinary) {
   FsEnv env;
   auto& fs = env.fs();

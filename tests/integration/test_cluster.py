@@ -566,6 +566,44 @@ def test_a_committed_step_is_not_renamed_and_mv_copies_it_for_the_cluster(cluste
 
 
 @pytest.mark.timeout_s(240)
+def test_a_restarted_node_never_prunes_from_what_it_remembers(cluster):
+    """Issue 28, 2 (SPEC section 9, retention): node b mounted with --keep-last 1, node a
+    with no policy, which commits. Killed and mounted again, b ran its mount-time
+    retention as a single node would, before its cluster hooks were attached: it deleted
+    step1's commit object and its own shard of step1 from the bucket, wrote no tombstone,
+    and every node still said step1 was persisted. Now the restart prunes nothing."""
+    c = cluster(1)
+    c.add("b", "--keep-last", "1")
+    for name in c.nodes:
+        os.makedirs(c[name].path("run"), exist_ok=True)
+    steps = {}
+    for i, step in enumerate(("step1", "step2")):
+        by_node = {"a": {"a.bin": payload(MiB, 10 + i)}, "b": {"b.bin": payload(MiB, 20 + i)}}
+        write_split(c, f"run/{step}", by_node)
+        r = c["a"].commit(f"run/{step}")
+        assert r.returncode == 0, r.stderr
+        steps[step] = Want.of_files(union(by_node))
+        assert_committed_everywhere(c, f"run/{step}", steps[step], latest=(step == "step2"))
+    for step in steps:
+        wait_persisted_everywhere(c, f"run/{step}")
+    before = bucket_keys(c, "run/step1/")
+    assert any(k.endswith("/.ckptfs-commit.json") for k in before), before
+
+    c.kill9("b")
+    c.restart("b")
+    # Well past a refresh and a tier pass: nothing of step1 goes, on any node or in the bucket.
+    time.sleep(5 * c.refresh + 2)
+    assert bucket_keys(c, "run/step1/") == before
+    for step, want in steps.items():
+        assert_committed_everywhere(c, f"run/{step}", want, latest=(step == "step2"))
+        for name, m in c.nodes.items():
+            assert m.xattr(f"run/{step}", "user.ckptfs.persisted") == "true", (name, step)
+    # A node that joins now reads step1 whole from the bucket.
+    c.add("c")
+    assert_committed_everywhere(c, "run/step1", steps["step1"], latest=False, nodes=["c"])
+
+
+@pytest.mark.timeout_s(240)
 def test_retention_is_decided_once_and_acts_on_every_node(cluster):
     c = cluster(2)
     for name in c.nodes:
