@@ -1310,27 +1310,26 @@ TEST(ClusterSimTest, DISABLED_Seed149KillLosesThePartRepublishedAfterAnUpload) {
   EXPECT_TRUE(RunSeed(149, 60, AroundKnownIssuesBut(&SimOptions::kill_with_queued_work)));
 }
 
-// Invariant 1 fails: "run/step2 was decided (committer a) with files {rank3, rank5}
-// where the model has {rank3, rank4, rank5} (missing {rank4})". Node b closed (and
-// published) rank4, then was killed. Recovery at restart turns its uncommitted
-// step2 `incomplete` and, running before the cluster hooks are set, applies
-// single-node retention, which prunes "incomplete and older than the newest
-// committed step" (events: recovered, then prune, on b); the committer's retention
-// (ApplyRetentionLocked) does the same later. SPEC 9 says a node that restarts never
-// prunes from what it remembers. The cluster can still commit step2: here b writes
-// it again and publishes a part without rank4, which a closed-before-the-commit
-// file never leaves.
+// Fixed (issue 28, 2), kept as a test. Invariant 1 failed: "run/step2 was decided
+// (committer a) with files {rank3, rank5} where the model has {rank3, rank4, rank5}
+// (missing {rank4})". Node b closed (and published) rank4, then was killed. Recovery
+// at restart turned its uncommitted step2 `incomplete` and, running before the
+// cluster hooks were set, applied single-node retention, which pruned "incomplete and
+// older than the newest committed step" (events: recovered, then prune, on b). SPEC 9
+// says a node that restarts never prunes from what it remembers; recovery no longer
+// does in cluster mode.
 //   #21 b: write run/step2/rank4 (6 B): ok
 //   #23 b: book pass, kill -9 and restart
 //   #28 b: write run/step2/rank5 (47 B): ok
 //   #31 a: commit run/step2: committed
-TEST(ClusterSimTest, DISABLED_Seed22RestartPrunesAPartTheClusterThenCommitsWithout) {
+TEST(ClusterSimTest, Seed22ARestartPrunesNothingTheClusterStillCommits) {
   EXPECT_TRUE(RunSeed(22, 60, AroundKnownIssuesBut(&SimOptions::kill_mid_save)));
 }
 
 // Invariant 2 fails: "run/step2/rank2 on node b is to be read from node b's own
-// upload: the node lost the copy it wrote". The same pruning as Seed22, the other
-// way round: b's part record still names rank2, rank4 and rank6 after b pruned
+// upload: the node lost the copy it wrote". Pruning as Seed22 did, but by the
+// committer's retention, which still prunes an incomplete step another node has a
+// part of: b's part record still names rank2, rank4 and rank6 after b pruned
 // step2 (at its commit of step4, as the committer), so a commits step2 with them;
 // no node has their bytes any more (b applies the record as remote files owned by
 // itself, never uploaded): a committed step that cannot be read.
