@@ -15,10 +15,12 @@ Everything (ceph.conf, mon and osd data, logs, admin sockets, pid files) lives i
 directory /tmp/ckptfs-ceph-XXXX with its own fsid and ports, and every command gets
 `-c <that ceph.conf>`, so several gateways can run at once and /etc/ceph and
 /var/lib/ceph are never read or written.  There is no cephx (auth ... = none) and no
-keyring.  stop() takes the daemons down gateway, OSD, monitor (SIGTERM, then SIGKILL);
-close() also removes the directory.  A test or fixture that starts one always stops it,
-also on failure.  Each daemon runs in its own process group (stop() signals the group)
-with PR_SET_PDEATHSIG set, so even a pytest killed with SIGKILL takes the daemons with
+keyring.  stop() takes the S3 endpoint away and start() brings it back, as S3rver's do
+(only the gateway stops: the monitor and the OSD keep the data); shutdown() takes the
+daemons down gateway, OSD, monitor (SIGTERM, then SIGKILL), which memstore does not
+survive, and close() also removes the directory.  A test or fixture that starts one
+always closes it, also on failure.  Each daemon runs in its own process group (a stop
+signals the whole group), with PR_SET_PDEATHSIG set, so even a pytest killed with SIGKILL takes the daemons with
 it (only the temp dir is left); the flip side is that a gateway must be started from a
 thread that outlives it (the main thread, as fixtures are).
 
@@ -115,7 +117,7 @@ class CephGateway:
         self.mon_port = free_port()
         self.port = free_port()
         self.conf = os.path.join(self.dir, "ceph.conf")
-        self.procs = {}              # daemon name -> Popen, in start order (stop() reverses it)
+        self.procs = {}              # daemon name -> Popen, in start order (stops reverse it)
         self.startup_s = None
         self._bucket_seq = itertools.count(1)
 
@@ -249,14 +251,19 @@ rgw dynamic resharding = false
 
     # ------------------------------------------------------------------ start / stop
     def start(self, timeout=60):
+        """Starts the cluster; after stop(), only the gateway again (the data is kept)."""
         t0 = time.monotonic()
         deadline = t0 + timeout
+        if "osd.0" in self.procs:
+            self._spawn("client.rgw", "radosgw", "-n", "client.rgw")
+            self._wait("the gateway to answer HTTP", self._http_up, deadline)
+            return self
         with _LIVE_LOCK:
             _LIVE.add(self)
         try:
             self._start(deadline)
         except BaseException:
-            self.stop()
+            self.shutdown()
             raise
         self.startup_s = time.monotonic() - t0
         return self
@@ -300,9 +307,20 @@ rgw dynamic resharding = false
             return False
 
     def stop(self):
-        """Stops the daemons, gateway first and monitor last (each SIGTERM, then SIGKILL)."""
-        for name in reversed(list(self.procs)):
-            p = self.procs[name]
+        """Takes the S3 endpoint away, as S3rver.stop() does: the gateway stops, the
+        monitor and the OSD (memstore: the data) stay, and start() brings it back."""
+        self._stop_daemons(["client.rgw"])
+
+    def shutdown(self):
+        """Stops every daemon, gateway first and monitor last (each SIGTERM, then SIGKILL).
+        The data is gone (memstore)."""
+        self._stop_daemons(list(self.procs))
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+    def _stop_daemons(self, names):
+        for name in reversed([n for n in self.procs if n in names]):
+            p = self.procs.pop(name)
             for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
                 try:
                     # The whole group: anything the daemon forked goes too.
@@ -314,12 +332,9 @@ rgw dynamic resharding = false
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        self.procs = {}
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
 
     def close(self):
-        self.stop()
+        self.shutdown()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def rss_kib(self):

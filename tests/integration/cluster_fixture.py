@@ -1,8 +1,13 @@
-"""Several ckptfs mounts on one s3rver bucket, standing in for the nodes of one job
-(cluster mode, SPEC section 9; docs/design/cluster-mode.md).
+"""Several ckptfs mounts on one bucket, standing in for the nodes of one job (cluster
+mode, SPEC section 9; docs/cluster.md).
+
+The bucket is on a private Ceph gateway (ceph_fixture.py), the real S3 server whose
+conditional writes the cluster protocol relies on (SPEC section 9 requires them).
+CKPTFS_TEST_S3=s3rver runs the same tests on s3rver instead, which ignores conditional
+writes, so the mounts take the protocol's fallback (decide "votes").
 
 Each node is a real mount of the real daemon with its own cache directory and
-`--remote s3://ckpt/<prefix> --s3-endpoint <s3rver> --node <name> --refresh 0.2`.
+`--remote s3://ckpt/<prefix> --s3-endpoint <server> --node <name> --refresh 0.2`.
 Nodes are named a, b, c, ... in order.
 
     @pytest.fixture
@@ -11,14 +16,14 @@ Nodes are named a, b, c, ... in order.
             yield make
 
     def test_x(cluster):
-        c = cluster(2)                  # s3rver + nodes a and b, mounted
+        c = cluster(2)                  # a bucket + nodes a and b, mounted
         c["a"].path("run/step1")        # a CkptfsMount per node (ckptfs_testlib)
         c.roots()                       # mountpoints, node order
         e = c.add("e")                  # one more node (a fresh, empty cache)
 
 Teardown, also when the test or a mount fails: every node's daemon log is printed if
 the test failed, every mount is unmounted (CkptfsMount.close: fusermount3 -u, a lazy
-unmount, then the daemon is killed), and then s3rver is stopped and its data removed.
+unmount, then the daemon is killed), and then the server is stopped and its data removed.
 The conftest watchdog kills the daemons of a test that runs past its limit.
 """
 import contextlib
@@ -114,18 +119,35 @@ class Cluster:
         return left
 
 
-def start_s3rver(monkeypatch):
-    """A private s3rver with its credentials in the environment (skips the test when
-    s3rver is not installed; fails it under CI). With CKPTFS_TEST_S3=ceph, a private Ceph
-    gateway instead (ceph_fixture.py), whose conditional writes take the protocol's
-    create-once path rather than s3rver's fallback; its memstore loses the data when it
-    stops, so the tests that stop and restart the server do not apply to it."""
-    if os.environ.get("CKPTFS_TEST_S3") == "ceph":
-        return start_ceph_gateway(monkeypatch)
-    if not s3rver_available():
+def store_name():
+    """The S3 server the cluster tests run on: "ceph" (the default) or "s3rver"."""
+    return os.environ.get("CKPTFS_TEST_S3", "ceph")
+
+
+def store_available():
+    return ceph_fixture.ceph_available() if store_name() == "ceph" else s3rver_available()
+
+
+def require_store():
+    """Skips the test when the chosen server is not installed (fails it under CI)."""
+    if store_name() not in ("ceph", "s3rver"):
+        pytest.fail(f"CKPTFS_TEST_S3={store_name()!r}: expected 'ceph' or 's3rver'")
+    if not store_available():
+        what = "Ceph (ceph-mon, ceph-osd, radosgw)" if store_name() == "ceph" else "s3rver"
         if os.environ.get("CI"):
-            pytest.fail("s3rver is not installed (packaging/install-deps.sh installs it)")
-        pytest.skip("s3rver is not installed: run packaging/install-deps.sh")
+            pytest.fail(f"{what} is not installed (packaging/install-deps.sh installs it)")
+        pytest.skip(f"{what} is not installed: the cluster tests need it (packaging/install-deps.sh)")
+
+
+def start_store(monkeypatch):
+    """A private server (store_name()) with its credentials in the environment."""
+    require_store()
+    if store_name() == "ceph":
+        return start_ceph_gateway(monkeypatch)
+    return start_s3rver(monkeypatch)
+
+
+def start_s3rver(monkeypatch):
     server = S3rver()
     try:
         server.start()
@@ -140,8 +162,6 @@ def start_s3rver(monkeypatch):
 
 
 def start_ceph_gateway(monkeypatch):
-    if not ceph_fixture.ceph_available():
-        pytest.skip("CKPTFS_TEST_S3=ceph, but Ceph is not installed: run packaging/install-deps.sh")
     gw = ceph_fixture.CephGateway()
     try:
         gw.start()
@@ -157,9 +177,9 @@ def start_ceph_gateway(monkeypatch):
 
 @contextlib.contextmanager
 def clusters(request, monkeypatch):
-    """Starts one s3rver and yields a factory make(n, *extra_mount_args) -> Cluster of n
+    """Starts one server and yields a factory make(n, *extra_mount_args) -> Cluster of n
     nodes (a, b, ...) on it. On exit, also after a failure: the nodes' daemon logs are
-    printed if the test failed, every mount is unmounted, then s3rver is stopped.
+    printed if the test failed, every mount is unmounted, then the server is stopped.
 
     A test module turns it into a fixture (a fixture imported from another module
     would shadow the test functions' argument, which linters flag):
@@ -169,7 +189,7 @@ def clusters(request, monkeypatch):
             with cluster_fixture.clusters(request, monkeypatch) as make:
                 yield make
     """
-    server = start_s3rver(monkeypatch)
+    server = start_store(monkeypatch)
     made = []
 
     def make(n, *extra, prefix=PREFIX, refresh=REFRESH_S):

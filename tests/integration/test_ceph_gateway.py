@@ -13,7 +13,9 @@ the real server, with curl (its --aws-sigv4 signer) and awscli as the clients:
   * a `Content-MD5` that does not match the body is rejected with 400 BadDigest and
     nothing is stored;
   * a 6 MiB object round-trips byte for byte (ETag = MD5), and LIST with a prefix
-    returns exactly the keys under it.
+    returns exactly the keys under it;
+  * the fixture's stop() and start() take the endpoint away and bring it back with the
+    data kept (the monitor and the memstore OSD stay up).
 
 Each test gets a fresh bucket on the module's gateway (the ceph_s3 fixture); the tests
 skip when Ceph is not installed.
@@ -127,3 +129,17 @@ def test_round_trip_and_list_prefix(ceph_s3, tmp_path):
     assert gw.keys("run") == ["run/step-1/meta.json", "run/step-2/meta.json",
                               "run/step-2/shard-0", "run2/x"]
     assert gw.keys("none/") == []
+
+
+def test_stop_takes_the_endpoint_away_and_start_brings_the_data_back(ceph_s3, tmp_path):
+    """The fault tests take the server away mid-upload (stop) and bring it back (start):
+    only the gateway stops, so the memstore OSD keeps what was stored."""
+    gw = ceph_s3
+    data = payload(64 * 1024, 7)
+    assert gw.curl("PUT", f"{gw.bucket}/kept", body=body_file(tmp_path, "kept", data))[0] == 200
+    gw.stop()
+    try:
+        assert not gw._http_up(), "the endpoint still answers after stop()"
+    finally:
+        gw.start()
+    assert gw.get("kept") == data

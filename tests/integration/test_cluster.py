@@ -1,4 +1,4 @@
-"""Cluster mode (SPEC section 9, issue 17): several mounts on one s3rver bucket, each
+"""Cluster mode (SPEC section 9, issue 17): several mounts on one bucket (a Ceph gateway), each
 with its own cache and `--node a|b|c|d`, `--refresh 0.2`, stand in for the nodes of one
 training job (cluster_fixture.py).
 
@@ -34,7 +34,6 @@ import pytest
 from ckptfs_testlib import (HERE, PYTHON, read_file, run_cli, torch_available,
                             tree_digest, write_file)
 import cluster_fixture
-from s3rver_fixture import s3rver_available
 
 DRIVER = os.path.join(HERE, "dcp_cluster_save.py")
 GEN = os.path.join(HERE, "full_views_gen.py")
@@ -45,10 +44,7 @@ PERSIST_S = 60
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs():
-    if not s3rver_available():
-        if os.environ.get("CI"):
-            pytest.fail("s3rver is not installed (packaging/install-deps.sh installs it)")
-        pytest.skip("s3rver is not installed: the cluster tests need it (packaging/install-deps.sh)")
+    cluster_fixture.require_store()
     if not torch_available():
         pytest.skip(f"torch is not importable by {PYTHON}: the cluster tests drive torch DCP "
                     "(apt install python3-torch)")
@@ -56,7 +52,7 @@ def _needs():
 
 @pytest.fixture
 def cluster(request, ckptfs_bin, monkeypatch):
-    """cluster(n) -> cluster_fixture.Cluster: s3rver and n mounts, nodes a, b, ..."""
+    """cluster(n) -> cluster_fixture.Cluster: a bucket and n mounts, nodes a, b, ..."""
     with cluster_fixture.clusters(request, monkeypatch) as make:
         yield make
 

@@ -1,5 +1,6 @@
 """Cluster mode under faults (issue 17, "Faults"; docs/cluster.md, "Failures"): real
-mounts of the real daemon on one real s3rver (cluster_fixture.py), nodes a and b.
+mounts of the real daemon on one real S3 server (cluster_fixture.py: the Ceph gateway), nodes a
+and b.
 
   * kill -9 of node b's daemon mid-save, before its part is published (a rank on b has a
     shard open and half written; node a wrote its shards and DCP's `.metadata`): the step
@@ -11,7 +12,7 @@ mounts of the real daemon on one real s3rver (cluster_fixture.py), nodes a and b
   * kill -9 of the committing node a right after the step is committed on it, before it is
     persisted: after a restarts the step stays committed on both nodes, becomes persisted
     on both and `.ckptfs-commit.json` is in the bucket;
-  * s3rver stopped while node a is committing (waiting for b's part) and b closes its
+  * the S3 server stopped while node a is committing (waiting for b's part) and b closes its
     shards: nothing commits while the server is down, b's close waits, and once the server
     is back the step commits and node b sees it;
   * a malformed part record put into the bucket by someone else: the step is `broken` on
@@ -32,14 +33,13 @@ import pytest
 from ckptfs_testlib import PYTHON, read_file, torch_available
 import cluster_fixture
 import test_cluster as tc
-from s3rver_fixture import s3rver_available
 
 MiB = 1 << 20
 VISIBLE_S = 10
 PERSIST_S = 60
 
 
-# The same skips and fixture as the cluster tests (s3rver, torch for a real DCP .metadata).
+# The same skips and fixture as the cluster tests (the server, torch for a real DCP .metadata).
 from test_cluster import _needs, cluster  # noqa: E402,F401  (pytest fixtures)
 
 
@@ -275,7 +275,7 @@ def commit_logged(m, rel):
 
 
 @pytest.mark.timeout_s(180)
-def test_s3rver_stopped_during_a_commit(cluster, dcp4):
+def test_bucket_stopped_during_a_commit(cluster, dcp4):
     c = cluster(2)
     a, b = c["a"], c["b"]
     by_node = dcp_by_node(dcp4)
