@@ -483,7 +483,7 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     MutexLock lock(&mu_);
     removing = removing_;
   }
-  bool removed_here = false;
+  bool removed_here = false, applied_here = false;
   for (const auto& [step, seen] : steps) {
     // Removed here, its tombstone not yet written: the index still says
     // committed, which must not bring the step back.
@@ -518,6 +518,8 @@ void ClusterBook::RefreshNow(uint64_t seen) {
         continue;
       }
       Status st = port_->ApplyClusterStep(*record);
+      // A local copy the record replaced leaves a kernel entry to drop.
+      if (st.ok()) applied_here = true;
       if (!st.ok()) {
         if (st.err() != EAGAIN) {
           events_->Append({{"event", "error"},
@@ -533,9 +535,9 @@ void ClusterBook::RefreshNow(uint64_t seen) {
       (void)port_->ApplyClusterPersisted(step);
     }
   }
-  if (removed_here) {
-    // Kernel entries of removed steps are dropped from the book's thread,
-    // never inside a FUSE request.
+  if (removed_here || applied_here) {
+    // Kernel entries of removed steps (and of local files a commit replaced)
+    // are dropped from the book's thread, never inside a FUSE request.
     MutexLock lock(&mu_);
     flush_invalidations_ = true;
     cv_.notify_all();

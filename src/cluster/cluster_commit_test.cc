@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -348,6 +349,39 @@ TEST(ClusterCommitTest, OneNodesCommitCoversTheUnionAndTheOtherAdoptsIt) {
   ASSERT_TRUE(yb.ok());
   auto w = b.fs().OpenFile(yb->ino, O_WRONLY);
   EXPECT_FALSE(w.ok()) << "a committed file opened for writing";
+}
+
+// Issue 28, 3 (SPEC section 9, "one save, one step"): attempt 1 of step5 left
+// shard2 on node a and was abandoned; attempt 2 wrote that rank's shard on node
+// b. The commit, made on a, kept a's stale copy ("the step keeps node a's"): a
+// DCP load then got one tensor wrong. The copy written last wins, on every node.
+TEST(ClusterCommitTest, TheCopyWrittenLastWinsOverAnAbandonedAttemptsFile) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket, 0, /*uploads=*/false);
+  Node b("b", &bucket, 0, /*uploads=*/false);
+  const uint64_t step_a = a.Step("step5");
+  const uint64_t step_b = b.Step("step5");
+  WriteFile(a.fs(), step_a, "shard2", "attempt 1");  // abandoned
+  a.env().clock.Advance(1'000'000'000);
+  b.env().clock.Advance(5'000'000'000);  // attempt 2, seconds later
+  WriteFile(b.fs(), step_b, "shard2", "attempt two");
+  WriteFile(b.fs(), step_b, "shard3", "3");
+  a.Commit(step_a);
+  ASSERT_EQ(a.State(step_a), "committed");
+  EXPECT_EQ(a.Xattr(step_a, "user.ckptfs.files"), "2");
+  EXPECT_EQ(a.Xattr(step_a, "user.ckptfs.bytes"), std::to_string(strlen("attempt two") + 1));
+  // Node a shows b's copy (to be read from b's upload), not its own.
+  auto on_a = a.fs().Lookup(step_a, "shard2");
+  ASSERT_TRUE(on_a.ok()) << on_a.status().ToString();
+  EXPECT_EQ(on_a->attr.st_size, static_cast<off_t>(strlen("attempt two")));
+  // Node b keeps and seals its own copy.
+  auto on_b = b.fs().Lookup(step_b, "shard2");
+  ASSERT_TRUE(on_b.ok()) << on_b.status().ToString();
+  EXPECT_EQ(b.State(step_b), "committed");
+  EXPECT_EQ(ReadFile(b.fs(), on_b->ino), "attempt two");
+  EXPECT_NE(a.env().events.Render().find("the step keeps node b's, the copy written last"),
+            std::string::npos)
+      << a.env().events.Render();
 }
 
 TEST(ClusterCommitTest, UploadsOfAPublishedPartWaitForTheCommit) {

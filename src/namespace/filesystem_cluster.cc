@@ -233,6 +233,7 @@ Status FileSystemCore::ApplyClusterRecordLocked(uint64_t step_ino, const Cluster
     events_->Append({{"event", "warning"}, {"kind", "cluster_late_file"},
                      {"path", record.step_path + "/" + path},
                      {"error", "not in the step record the cluster decided; removed from the committed step"}});
+    pending_invalidations_.emplace_back(parent->rec.ino, inode->name);
     inodes_.RemoveChild(parent, inode->name, clock_->Now(), batch);
     DropLinkLocked(inode, batch);
   }
@@ -259,8 +260,10 @@ Status FileSystemCore::ApplyClusterRecordLocked(uint64_t step_ino, const Cluster
     }
     if (inode) {
       // Another node's file under the same name, or a local copy that is
-      // not what the record says: the record wins.
+      // not what the record says: the record wins. The kernel forgets the
+      // name too: its entry, and the pages cached for it, are the old file's.
       if (Inode* parent = inodes_.Find(inode->rec.parent)) {
+        pending_invalidations_.emplace_back(parent->rec.ino, inode->name);
         inodes_.RemoveChild(parent, inode->name, clock_->Now(), batch);
         DropLinkLocked(inode, batch);
       }
@@ -558,25 +561,30 @@ Status FileSystem::DecideCluster(CommitPlan* plan) {
     std::set<std::string> dirs, links;
     std::map<std::string, ClusterStepRecord::File> files;
     auto add_part = [&](const PartRecord& part) {
-      ClusterStepRecord::Part summary{part.seq, 0};
+      proposal.parts[part.node] = ClusterStepRecord::Part{part.seq, 0};
       for (const auto& f : part.files) {
-        // The same path in two parts: the committing node's copy, else the
-        // first node's by name; the other is reported.
-        if (files.count(f.path)) {
-          events_->Append({{"event", "warning"}, {"kind", "cluster_duplicate_file"},
-                           {"path", plan->step_path + "/" + f.path},
-                           {"error", "written on nodes " + files[f.path].node + " and " + part.node +
-                                         "; the step keeps node " + files[f.path].node + "'s"}});
-          continue;
-        }
-        files[f.path] = {f.path, part.node, f.size, f.crc32c, f.mode, f.mtime_ns};
-        summary.files++;
+        ClusterStepRecord::File candidate{f.path, part.node, f.size, f.crc32c, f.mode, f.mtime_ns};
+        auto [kept, added] = files.try_emplace(f.path, candidate);
+        if (added) continue;
+        // The same path in two parts: the copy written last wins, as in a
+        // shared POSIX namespace (SPEC section 9, "one save, one step"), so
+        // a file an abandoned attempt left on one node never displaces the
+        // re-save's copy on another. Equal times: the copy met first (the
+        // committing node's, then the nodes' by name). The other is reported.
+        const bool newer = candidate.mtime_ns > kept->second.mtime_ns;
+        const std::string& winner = newer ? part.node : kept->second.node;
+        events_->Append(
+            {{"event", "warning"},
+             {"kind", "cluster_duplicate_file"},
+             {"path", plan->step_path + "/" + f.path},
+             {"error", "written on nodes " + kept->second.node + " and " + part.node +
+                           "; the step keeps node " + winner + "'s, the copy written last"}});
+        if (newer) kept->second = candidate;
       }
       dirs.insert(part.dirs.begin(), part.dirs.end());
       for (const auto& l : part.symlinks) {
         if (links.insert(l.path).second) proposal.symlinks.push_back(l);
       }
-      proposal.parts[part.node] = summary;
     };
     mine->node = me;
     add_part(*mine);
@@ -585,6 +593,7 @@ Status FileSystem::DecideCluster(CommitPlan* plan) {
       // A path that is a directory in one part and a file in another.
       if (dirs.count(path)) return Status::Error(EIO, plan->step_path + ": " + path + " is a file on one node and a directory on another");
       proposal.bytes += f.size;
+      proposal.parts[f.node].files++;
       proposal.files.push_back(std::move(f));
     }
     proposal.dirs.assign(dirs.begin(), dirs.end());

@@ -340,6 +340,30 @@ def test_torch_save_per_rank_then_ckptfs_commit_on_one_node(cluster):
     run_py(DRIVER, "torch-load", c["b"].path("run/step5"), "--world-size", 4)
 
 
+@pytest.mark.timeout_s(300)
+def test_a_shard_left_by_an_abandoned_attempt_never_enters_the_re_save(cluster, dcp_ref):
+    """Issue 28, 3 (SPEC section 9, "one save, one step"): attempt 1 of step5 left rank
+    2's shard on node a and was abandoned; attempt 2 wrote rank 2 on node b, and node a
+    its ranks and `.metadata`, which commits. The step kept node a's stale copy ("the
+    step keeps node a's") and a DCP load through a fresh node got one tensor wrong. The
+    copy written last wins: every node, the bucket and a cold node hold attempt 2's."""
+    c = cluster(2)
+    ref, _ = dcp_ref(4)
+    stale_name = rank_files(ref, {2})[0]
+    stale = payload(os.path.getsize(os.path.join(ref, stale_name)), 77)
+    write_files(c["a"].path("run/step5"), {stale_name: stale})       # attempt 1, abandoned
+    time.sleep(0.05)
+    halves = split_dcp(ref, {"a": {0, 1}, "b": {2, 3}}, marker_node="a")
+    write_split(c, "run/step5", {"b": halves["b"]})                  # attempt 2
+    write_split(c, "run/step5", {"a": halves["a"]})                  # `.metadata` last: commits
+    assert_committed_everywhere(c, "run/step5", Want.of_dir(ref))
+    wait_persisted_everywhere(c, "run/step5")
+    assert c.server.get(f"{c.prefix}/run/step5/{stale_name}") == read_file(os.path.join(ref, stale_name))
+    c.add("c")
+    assert_committed_everywhere(c, "run/step5", Want.of_dir(ref), nodes=["c"])
+    dcp_load(c["c"].path("run/step5"), 4)
+
+
 @pytest.mark.parametrize("order", ["a_then_b", "b_then_a"])
 @pytest.mark.timeout_s(180)
 def test_cp_r_split_over_two_mounts_then_commit_on_b(cluster, dcp_ref, tmp_path, order):
