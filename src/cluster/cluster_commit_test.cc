@@ -121,7 +121,8 @@ TEST(ClusterCommitTest, ClosePublishesThePartBeforeItReturns) {
   EXPECT_EQ(part->node, "a");
   EXPECT_EQ(part->cache_id, "cache-a");
   EXPECT_EQ(part->open_writers, 0u);
-  EXPECT_EQ(a.book().counters().part_puts.load(), 1u);
+  // Two PUTs: the open (x open for writing), then the close.
+  EXPECT_EQ(a.book().counters().part_puts.load(), 2u);
 }
 
 // The part record of run/<step> that node has in the bucket.
@@ -145,6 +146,45 @@ FileHandle* CreateAndWrite(Node& n, uint64_t dir, const std::string& name,
 void Close(Node& n, FileHandle* fh) {
   ASSERT_TRUE(n.fs().Flush(fh).ok());
   ASSERT_TRUE(n.fs().Release(fh).ok());
+}
+
+// Issue 28, 1 (SPEC section 9: a file open for writing on any node keeps its
+// step from committing). DeepSpeed: a rank on node b has its optimizer shard
+// open, nothing closed on b yet, when rank 0 on node a writes `latest`; a
+// committed the step with a's files alone, and b's write and close returned
+// 0 into a step that no longer had them. The open publishes b's part now.
+TEST(ClusterCommitTest, AFileOpenOnAnotherNodeBeforeAnythingClosedHoldsTheCommit) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step_a = a.Step("global_step10");
+  WriteFile(a.fs(), step_a, "mp_rank_00_model_states.pt", "model");
+  FileHandle* const fh =
+      CreateAndWrite(b, b.Step("global_step10"), "zero_pp_rank_1_optim_states.pt", "opt");
+  ASSERT_NE(fh, nullptr);
+  auto part = PartInBucket(bucket, "global_step10", "b");
+  ASSERT_TRUE(part.ok()) << "the open published nothing: " << part.status().ToString();
+  EXPECT_EQ(part->open_writers, 1u);
+  // A second file opened while the first is open needs no PUT: the part says
+  // a file is open already.
+  const uint64_t puts = b.book().counters().part_puts.load();
+  FileHandle* const fh2 =
+      CreateAndWrite(b, b.Step("global_step10"), "zero_pp_rank_3_optim_states.pt", "o3");
+  EXPECT_EQ(b.book().counters().part_puts.load(), puts);
+  a.Commit(step_a);
+  EXPECT_EQ(a.State(step_a), "writing");
+  EXPECT_NE(a.Xattr(step_a, "user.ckptfs.error").find("open for writing on node b"),
+            std::string::npos)
+      << a.Xattr(step_a, "user.ckptfs.error");
+  Close(b, fh);
+  Close(b, fh2);
+  // The last close found its file named as it is (the first close's PUT
+  // named it): its PUT is the book thread's (ACloseAfterAnFsync... above).
+  b.book().RunOnceForTest();
+  a.Commit(step_a);
+  ASSERT_EQ(a.State(step_a), "committed") << a.Xattr(step_a, "user.ckptfs.error");
+  EXPECT_EQ(a.Xattr(step_a, "user.ckptfs.files"), "3");
+  EXPECT_TRUE(a.fs().Lookup(step_a, "zero_pp_rank_1_optim_states.pt").ok());
 }
 
 TEST(ClusterCommitTest, ACloseAfterAnFsyncLeavesItsPutToTheBackground) {
@@ -292,7 +332,8 @@ TEST(ClusterCommitTest, FsyncPublishesThePartWhileTheFileSyncs) {
   ASSERT_TRUE(a.fs().Fsync(c->second.fh, false).ok());
   armed = false;
   EXPECT_TRUE(seen_during_sync.load()) << "the part was not in the bucket while the file synced";
-  EXPECT_EQ(a.book().counters().part_puts.load(), 1u);
+  // Two PUTs: the open (x open for writing, empty), then the fsync's.
+  EXPECT_EQ(a.book().counters().part_puts.load(), 2u);
   // The part names the file as written, still open for writing.
   auto body = bucket.GetRange(PartRecordKey("run/step1", "a"), 0, UINT64_MAX);
   ASSERT_TRUE(body.ok()) << body.status().ToString();

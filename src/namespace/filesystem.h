@@ -327,9 +327,16 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   // Publishes this node's part of the step (no-op for ""); call without mu_.
   // EIO when the bucket cannot take it. closed: the file a close() is for,
   // as its part record names it, whose PUT may go to the background
-  // (ClusterHooks::PublishClose).
-  Status PublishPartOf(const std::string& step_path, const PartRecord::File* closed = nullptr)
-      EXCLUDES(mu_);
+  // (ClusterHooks::PublishClose). watch: the node then watches for the
+  // step's commit (ClusterHooks::WatchForCommit); an open does not ask, its
+  // close will, so a long save does not use the watch's polls up.
+  Status PublishPartOf(const std::string& step_path, const PartRecord::File* closed = nullptr,
+                       bool watch = true) EXCLUDES(mu_);
+  // Cluster mode, after a writable open (mu_ released): publishes this
+  // node's part of the step publish names ("" = nothing to do), so the part
+  // says a file is open for writing before the open returns; when the
+  // bucket cannot take it, the open is undone (Release) and fails with EIO.
+  Status PublishOpenedWriter(const std::string& publish, FileHandle* fh) EXCLUDES(mu_);
   // fsync's local half: the backing file (and a new file's directory entry)
   // made durable, and the inode's record written with a synced batch.
   Status SyncFileAndRecord(FileHandle* fh) EXCLUDES(mu_);

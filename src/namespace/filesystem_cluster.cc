@@ -93,7 +93,21 @@ int64_t FileSystem::CommitPendingSinceNs() {
   return newest;
 }
 
-Status FileSystem::PublishPartOf(const std::string& step_path, const PartRecord::File* closed) {
+std::string FileSystemCore::FirstWriterPublicationLocked(uint64_t ino) {
+  if (!cluster_) return "";
+  Inode* inode = inodes_.Find(ino);
+  if (!inode || inode->unflushed_writers != 1) return "";
+  const std::string step_path = ClusterStepOfLocked(ino);
+  if (step_path.empty()) return "";
+  uint64_t dir_ino = steps_.StepOf(inodes_, ino);
+  if (dir_ino == 0) dir_ino = StagingDirOfLocked(step_path);
+  Inode* dir = dir_ino ? inodes_.Find(dir_ino) : nullptr;
+  if (!dir || UnflushedWritersUnderLocked(dir) != 1) return "";
+  return step_path;
+}
+
+Status FileSystem::PublishPartOf(const std::string& step_path, const PartRecord::File* closed,
+                                 bool watch) {
   if (step_path.empty() || !cluster_) return Status::Ok();
   Status st = closed ? cluster_->PublishClose(step_path, *closed) : cluster_->PublishPart(step_path);
   if (!st.ok()) {
@@ -105,7 +119,7 @@ Status FileSystem::PublishPartOf(const std::string& step_path, const PartRecord:
     return Status::Error(EIO, "cannot publish this node's part of " + step_path + " to the cluster: " +
                                   st.message());
   }
-  cluster_->WatchForCommit(step_path);
+  if (watch) cluster_->WatchForCommit(step_path);
   return Status::Ok();
 }
 

@@ -219,6 +219,13 @@ class FileSystemCore {
   // The path of the writing step ino is in, when this node's part of it must
   // be published before the operation returns ("" = none, or not a cluster).
   std::string ClusterStepOfLocked(uint64_t ino) REQUIRES(mu_);
+  // The step path to publish after a writable open of ino ("" = none): in
+  // cluster mode, when that open made ino the only file of its step (or of
+  // the step's staging directory) open for writing on this node. The part
+  // published then says a file is open, so no node commits the step without
+  // it (SPEC section 9); later opens find the part saying so already. The
+  // count walks the step's tree (CPU only, in cluster mode).
+  std::string FirstWriterPublicationLocked(uint64_t ino) REQUIRES(mu_);
   // The step a staging directory (step20-tmp) at or above ino stands for ("" = none).
   std::string StagedStepPathLocked(uint64_t ino) REQUIRES(mu_);
   // The staging directory of a step path here (0 = none).

@@ -83,9 +83,13 @@ Result<FileSystem::Opened> FileSystem::OpenFile(uint64_t ino, int flags, uint32_
     }
     NoteActivityLocked(ino);
   }
+  const std::string publish = fh->writable ? FirstWriterPublicationLocked(ino) : "";
   // The kernel refuses keep_cache next to a backing id (the page cache is
   // the backing file's then).
-  return Opened{fh.release(), inode->rec.sealed && backing_id < 0, false, backing_id};
+  const Opened opened{fh.release(), inode->rec.sealed && backing_id < 0, false, backing_id};
+  lock.Unlock();
+  CKPTFS_RETURN_IF_ERROR(PublishOpenedWriter(publish, opened.fh));
+  return opened;
 }
 
 Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c, uint64_t parent,
@@ -122,8 +126,22 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
       last_save_activity_ns_ = clock_->MonotonicNanos();
     }
   }
+  const std::string publish = fh->writable ? FirstWriterPublicationLocked(fh->ino) : "";
   Entry e = MakeEntry(*inode);
-  return std::make_pair(e, Opened{fh.release(), false, false, backing_id});
+  const Opened opened{fh.release(), false, false, backing_id};
+  lock.Unlock();
+  if (Status st = PublishOpenedWriter(publish, opened.fh); !st.ok()) {
+    Forget(e.ino, 1);  // the kernel never learns of the entry
+    return st;
+  }
+  return std::make_pair(e, opened);
+}
+
+Status FileSystem::PublishOpenedWriter(const std::string& publish, FileHandle* fh) {
+  if (publish.empty()) return Status::Ok();
+  Status st = PublishPartOf(publish, nullptr, /*watch=*/false);
+  if (!st.ok()) (void)Release(fh);
+  return st;
 }
 
 Result<size_t> FileSystem::Read(FileHandle* fh, void* buf, size_t n, uint64_t offset) {

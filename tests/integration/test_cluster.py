@@ -340,6 +340,33 @@ def test_torch_save_per_rank_then_ckptfs_commit_on_one_node(cluster):
     run_py(DRIVER, "torch-load", c["b"].path("run/step5"), "--world-size", 4)
 
 
+@pytest.mark.timeout_s(240)
+def test_a_rank_still_writing_on_another_node_holds_the_commit(cluster):
+    """Issue 28, 1 (SPEC section 9: a file open for writing on any node keeps its step
+    from committing). DeepSpeed's order: a rank on node b still writes its optimizer
+    shard (open, nothing closed on b yet) when rank 0 on node a writes `latest`. Node a
+    committed the step with its own files after the settle; b's later write and close
+    returned 0 and the file was gone. Now b's open is in its part before open()
+    returns, so the commit waits for the close and holds b's file."""
+    c = cluster(2)
+    rel = "run/global_step10"
+    for name in c.nodes:
+        os.makedirs(c[name].path(rel), exist_ok=True)
+    a_files = {"mp_rank_00_model_states.pt": payload(2 * MiB, 1),
+               "zero_pp_rank_0_mp_rank_00_optim_states.pt": payload(MiB, 2)}
+    b_name, b_data = "zero_pp_rank_1_mp_rank_00_optim_states.pt", payload(3 * MiB + 7, 3)
+    with open(c["b"].path(rel, b_name), "wb") as f:
+        f.write(b_data[:MiB])
+        f.flush()
+        write_files(c["a"].path(rel), a_files)
+        write_file(c["a"].path("run", "latest"), b"global_step10")   # rank 0: the trigger
+        assert_never_committed(c, rel, 4)       # past the 2 s settle
+        error = c["a"].xattr(rel, "user.ckptfs.error")
+        assert "open for writing on node b" in error, error
+        f.write(b_data[MiB:])
+    assert_committed_everywhere(c, rel, Want.of_files({**a_files, b_name: b_data}), latest=False)
+
+
 @pytest.mark.timeout_s(300)
 def test_a_shard_left_by_an_abandoned_attempt_never_enters_the_re_save(cluster, dcp_ref):
     """Issue 28, 3 (SPEC section 9, "one save, one step"): attempt 1 of step5 left rank
