@@ -2,9 +2,10 @@
 mounts of the real daemon on one real S3 server (cluster_fixture.py: the Ceph gateway), nodes a
 and b.
 
-  * kill -9 of node b's daemon mid-save, before its part is published (a rank on b has a
-    shard open and half written; node a wrote its shards and DCP's `.metadata`): the step
-    stays `writing` on a naming b's shards, and after b restarts on the same cache nothing
+  * kill -9 of node b's daemon mid-save, with a rank's shard open and half written (its
+    open published b's part, counting it open; node a wrote its shards and DCP's
+    `.metadata`): the step stays `writing` on a, waiting for b's open file (or naming b's
+    shards), and after b restarts on the same cache nothing
     partial is committed anywhere and the step committed before is intact on both nodes,
     and reaches `persisted` (b's uploads resume);
   * kill -9 of node b after its part is published, before its upload ended: a's commit
@@ -141,7 +142,7 @@ def kill_proc(p):
 # ----------------------------------------------------------------------------- kill -9 of a writing node
 
 @pytest.mark.timeout_s(150)
-def test_kill9_before_publish_commits_nothing_partial_and_loses_nothing(cluster, dcp4, tmp_path):
+def test_kill9_mid_write_commits_nothing_partial_and_loses_nothing(cluster, dcp4, tmp_path):
     c = cluster(2)
     want = tc.Want.of_dir(dcp4)
     save_split(c, "run/step1", dcp4)
@@ -150,14 +151,18 @@ def test_kill9_before_publish_commits_nothing_partial_and_loses_nothing(cluster,
     # step2: rank 2 on node b has its shard open, half written; rank 3 has not started.
     by_node = dcp_by_node(dcp4)
     b_shards = sorted(by_node["b"])
+    # What a's user.ckptfs.error may say while it waits: b's open file, or b's shards.
+    waiting = ["open for writing on node b", *b_shards]
     writer = start_half_writer(c["b"].path("run/step2", b_shards[0]), by_node["b"][b_shards[0]],
                                tmp_path)
     try:
         write_shards(c["a"], "run/step2", {n: d for n, d in by_node["a"].items() if n != ".metadata"})
         tc.rename_into_place(c["a"].path("run/step2/.metadata"), by_node["a"][".metadata"])
-        tc.wait_waiting_for(c["a"], "run/step2", b_shards)
-        assert part_key(c, "run/step2", "b") not in bucket_keys(c, "run/step2"), \
-            "node b published a part before any close: the fault is not 'before publish'"
+        tc.wait_waiting_for(c["a"], "run/step2", waiting)
+        # The open published b's part, counting the file open (issue 28, 1): no node
+        # commits the step without it.
+        part = json.loads(c.server.get(part_key(c, "run/step2", "b")))
+        assert part["open_writers"] == 1, part
         c.kill9("b", then=lambda: kill_proc(writer))
     finally:
         kill_proc(writer)
@@ -165,7 +170,7 @@ def test_kill9_before_publish_commits_nothing_partial_and_loses_nothing(cluster,
     # a keeps waiting for b's shards while b is dead
     a = c["a"]
     tc.assert_never_committed(_only(c, ["a"]), "run/step2", secs=2.0)
-    tc.wait_waiting_for(a, "run/step2", b_shards)
+    tc.wait_waiting_for(a, "run/step2", waiting)
 
     c.restart("b")
     b = c["b"]
@@ -174,7 +179,7 @@ def test_kill9_before_publish_commits_nothing_partial_and_loses_nothing(cluster,
     tc.assert_committed_everywhere(c, "run/step1", want)
     # nothing partial is committed, on either node
     tc.assert_never_committed(c, "run/step2", secs=3.0)
-    tc.wait_waiting_for(a, "run/step2", b_shards)
+    tc.wait_waiting_for(a, "run/step2", waiting)
     if os.path.isdir(b.path("run/step2")):
         assert b.state("run/step2") != "committed"
     tc.wait_persisted_everywhere(c, "run/step1")
