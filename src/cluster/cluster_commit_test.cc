@@ -179,7 +179,7 @@ TEST(ClusterCommitTest, AFileOpenOnAnotherNodeBeforeAnythingClosedHoldsTheCommit
   Close(b, fh);
   Close(b, fh2);
   // The last close found its file named as it is (the first close's PUT
-  // named it): its PUT is the book thread's (ACloseAfterAnFsync... above).
+  // named it): its PUT is the book thread's (ACloseAfterAnFsync... below).
   b.book().RunOnceForTest();
   a.Commit(step_a);
   ASSERT_EQ(a.State(step_a), "committed") << a.Xattr(step_a, "user.ckptfs.error");
