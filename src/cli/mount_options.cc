@@ -52,7 +52,8 @@ const char* const kMountUsage =
     "\n"
     "object storage (committed steps are uploaded in the background; see ckptfs(1)):\n"
     "  --remote URL           s3://BUCKET/PREFIX or file:///DIR\n"
-    "  --s3-endpoint URL      S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS for the region)\n"
+    "  --s3-endpoint URL      S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS for the "
+    "region)\n"
     "  --s3-region REGION     signing region (default: AWS_REGION, else us-east-1)\n"
     "  --s3-addressing path|virtual  bucket in the path or in the host name (default: virtual\n"
     "                         for AWS, path for other endpoints)\n"
@@ -70,7 +71,8 @@ const char* const kMountUsage =
     "                         to it from its first cluster mount\n"
     "  --refresh SECONDS      how old a run directory's view of the other nodes' steps may\n"
     "                         get before a lookup reads the remote again (default 1)\n"
-    "  --publish-timeout SECONDS  how long a close, fsync or rename in a step waits for the\n"
+    "  --publish-timeout SECONDS  how long a close, fsync or rename in a step (or the first\n"
+    "                         open for writing of the step on this node) waits for the\n"
     "                         bucket to take this node's part record before it fails with\n"
     "                         EIO (default 60; up to 86400)\n"
     "  --read-wait SECONDS    how long a read of another node's file waits for that node to\n"
@@ -98,7 +100,8 @@ const char* const kMountUsage =
     "  --retention PRESET     instead of the rules above, a trainer's own pruning (per run:\n"
     "                         setfattr -n user.ckptfs.retention -v PRESET RUN_DIR):\n"
     "                         olmo-core:save_interval=S[,ephemeral=E][,fixed=A,B][,remove=\n"
-    "                         ephemeral_only|all_non_permanent|never], torchtitan:keep_latest_k=K,\n"
+    "                         ephemeral_only|all_non_permanent|never], "
+    "torchtitan:keep_latest_k=K,\n"
     "                         hf:save_total_limit=L, recis:max_keep=M\n";
 
 namespace {

@@ -78,7 +78,7 @@ bool ParseStepIndexKey(const std::string& key, std::string* step_path, char* sta
   const size_t tilde = name.size() - 7;
   if (name[tilde] != '~') return false;
   *state = name[tilde + 1];
-  if (*state != 'c' && *state != 'p' && *state != 'r') return false;
+  if (*state != 'c' && *state != 'p' && *state != 'r' && *state != 'f') return false;
   return UnescapeStepPath(name.substr(0, tilde), step_path);
 }
 
@@ -468,10 +468,15 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     bool committed = false, persisted = false, removed = false;
   };
   std::map<std::string, Seen> steps;
+  std::vector<ObjectInfo> run_files;
   for (const auto& obj : *listed) {
     std::string step;
     char state = 0;
     if (!ParseStepIndexKey(obj.key, &step, &state)) continue;
+    if (state == 'f') {
+      run_files.push_back(obj);
+      continue;
+    }
     Seen& s = steps[step];
     s.committed |= state == 'c';
     s.persisted |= state == 'p';
@@ -535,6 +540,9 @@ void ClusterBook::RefreshNow(uint64_t seen) {
       (void)port_->ApplyClusterPersisted(step);
     }
   }
+  // After the steps: a run-level file goes into a run directory, which a
+  // step applied just now may have made.
+  if (ApplyRunFileRecords(run_files)) applied_here = true;
   if (removed_here || applied_here) {
     // Kernel entries of removed steps (and of local files a commit replaced)
     // are dropped from the book's thread, never inside a FUSE request.
@@ -543,6 +551,65 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     cv_.notify_all();
   }
   done();
+}
+
+bool ClusterBook::ApplyRunFileRecords(const std::vector<ObjectInfo>& records) {
+  bool changed = false;
+  for (const ObjectInfo& obj : records) {
+    auto seen = run_file_tags_.find(obj.key);
+    if (seen != run_file_tags_.end() && !obj.etag.empty() && seen->second == obj.etag) continue;
+    counters_.run_file_gets++;
+    auto body = store_->GetRange(obj.key, 0, UINT64_MAX);
+    if (!body.ok()) continue;  // the next refresh tries again
+    auto record = DecodeRunFileRecord(*body);
+    std::string path;
+    char state = 0;
+    if (!record.ok() || !ParseStepIndexKey(obj.key, &path, &state) || record->path != path) {
+      events_->Append({{"event", "error"},
+                       {"kind", "cluster_index"},
+                       {"path", path},
+                       {"error", "malformed run-level file record in the index: " +
+                                     (record.ok() ? std::string("another file's")
+                                                  : record.status().message())}});
+      run_file_tags_[obj.key] = obj.etag;  // not read again until it moves
+      continue;
+    }
+    if (record->node != options_.node) {
+      auto applied = port_->ApplyClusterRunFile(*record);
+      if (!applied.ok()) {
+        if (applied.status().err() != EAGAIN) {
+          events_->Append({{"event", "error"},
+                           {"kind", "cluster_run_file"},
+                           {"path", path},
+                           {"error", applied.status().message()}});
+        }
+        continue;  // the tag stays old: the next refresh applies it again
+      }
+      changed |= *applied;
+    }
+    run_file_tags_[obj.key] = obj.etag;
+  }
+  return changed;
+}
+
+void ClusterBook::RunFileUploaded(const RunFileRecord& record) {
+  MutexLock lock(&mu_);
+  run_files_to_record_[record.path] = record;
+  cv_.notify_all();
+}
+
+void ClusterBook::RecordRunFiles(std::map<std::string, RunFileRecord> files) {
+  for (auto& [path, record] : files) {
+    counters_.run_file_puts++;
+    Status st = store_->Put(StepIndexKey(path, 'f'), EncodeRunFileRecord(record));
+    if (st.ok()) continue;
+    events_->Append({{"event", "error"},
+                     {"kind", "cluster_run_file"},
+                     {"path", path},
+                     {"error", "recording the run-level file in the step index: " + st.message()}});
+    // Again a second later (not at once: the bucket may be down for long).
+    run_files_retry_.emplace(path, std::move(record));
+  }
 }
 
 // ---- background work ---------------------------------------------------------
@@ -694,11 +761,16 @@ void ClusterBook::AwaitingParts() {
 
 bool ClusterBook::Pass() {
   std::set<std::string> republish, persisted, removed;
+  std::map<std::string, RunFileRecord> run_files;
+  run_files.swap(run_files_retry_);
   bool awaiting = false;
   bool flush = false;
   bool refresh = false;
   {
     MutexLock lock(&mu_);
+    // A version queued since a failed PUT replaces the failed one.
+    for (auto& [path, record] : run_files_to_record_) run_files[path] = std::move(record);
+    run_files_to_record_.clear();
     refresh = refresh_requested_;
     refresh_requested_ = false;
     refresh_running_ = refresh;
@@ -746,6 +818,7 @@ bool ClusterBook::Pass() {
     Status st = store_->Put(StepIndexKey(step, 'p'), kPersistedBody);
     if (!st.ok()) StepPersisted(step);
   }
+  if (!run_files.empty()) RecordRunFiles(std::move(run_files));
   next_commit_watch_ = PollCommitWatch();
   // The committing node's persist duty: other nodes' uploads it waits for,
   // polled on its own back-off, not on every wake-up (refreshes, signals).
@@ -837,10 +910,12 @@ void ClusterBook::Loop() {
                                   : 3600LL * 1'000'000'000;
     if (next_commit_watch_ != 0)
       wait = std::min(wait, std::max<int64_t>(next_commit_watch_ - Now(), 1'000'000));
+    if (!run_files_retry_.empty()) wait = std::min<int64_t>(wait, 1'000'000'000);
     lock.WaitFor(*clock_, cv_, wait, [this] {
       mu_.AssertHeld();
       return stopping_ || !republish_.empty() || !persisted_.empty() || !removed_.empty() ||
-             flush_invalidations_ || refresh_requested_ || awaiting_ || commit_watch_changed_;
+             !run_files_to_record_.empty() || flush_invalidations_ || refresh_requested_ ||
+             awaiting_ || commit_watch_changed_;
     });
   }
 }
@@ -860,7 +935,9 @@ void ClusterBook::AddStatus(nlohmann::json* status) const {
                        {"decisions", counters_.decisions.load()},
                        {"refreshes", counters_.refreshes.load()},
                        {"deletes", counters_.deletes.load()},
-                       {"commit_watch_gets", counters_.commit_watch_gets.load()}};
+                       {"commit_watch_gets", counters_.commit_watch_gets.load()},
+                       {"run_file_puts", counters_.run_file_puts.load()},
+                       {"run_file_gets", counters_.run_file_gets.load()}};
   block["closes_published_later"] = counters_.closes_published_later.load();
 }
 

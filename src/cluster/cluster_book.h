@@ -10,8 +10,12 @@
 //                                      where the server ignores conditions);
 //   .ckptfs-index/<step>~c.json        committed (body: the step record) and
 //   .ckptfs-index/<step>~p.json        persisted: one LIST of the index tells a
-//                                      node every step's state; no key is
-//                                      ever overwritten.
+//                                      node every step's state; no step key
+//                                      is ever overwritten;
+//   .ckptfs-index/<path>~f.json        the newest uploaded version of a
+//                                      run-level file (RunFileRecord),
+//                                      rewritten by each new version, read
+//                                      by a refresh when its tag moves.
 //
 // It sees the namespace only through ClusterPort and implements the
 // ClusterHooks FileSystem calls. Its own thread republishes parts when
@@ -97,6 +101,7 @@ class ClusterBook : public ClusterHooks {
   void StepPersisted(const std::string& step_path) override;
   void AwaitingParts() override;
   void StepRemoved(const std::string& step_path) override;
+  void RunFileUploaded(const RunFileRecord& record) override;
   void WatchForCommit(const std::string& step_path) override;
 
   // Requests made to the bucket, by kind (status.json, bench/cluster).
@@ -110,6 +115,8 @@ class ClusterBook : public ClusterHooks {
     std::atomic<uint64_t> refreshes{0};
     std::atomic<uint64_t> deletes{0};            // DeleteObjects requests
     std::atomic<uint64_t> commit_watch_gets{0};  // GETs of ~c by the commit watch
+    std::atomic<uint64_t> run_file_puts{0};      // ~f records written
+    std::atomic<uint64_t> run_file_gets{0};      // ~f records read by refreshes
     // Not a request: closes whose publication went to the background
     // (PublishClose), the PUT counted in part_puts when it is made.
     std::atomic<uint64_t> closes_published_later{0};
@@ -216,6 +223,19 @@ class ClusterBook : public ClusterHooks {
   std::atomic<uint64_t> refresh_errors_{0};
   std::atomic<int64_t> retry_refresh_at_{0};  // after a failed refresh: none before this
   int64_t refresh_backoff_ns_ = 0;            // refresh_mu_ held
+  // Run-level file records: the tag of each ~f key as last applied (or
+  // found to be this node's own), so a refresh GETs only records that
+  // moved (refresh_mu_ held).
+  std::map<std::string, std::string> run_file_tags_;
+  // Versions this node uploaded, to record in the index (newest per path).
+  std::map<std::string, RunFileRecord> run_files_to_record_ GUARDED_BY(mu_);
+  std::map<std::string, RunFileRecord> run_files_retry_;  // the book's thread only: failed PUTs
+
+  // The refresh's part for run-level files: applies the ~f records whose
+  // tag moved. Returns true when the namespace changed.
+  bool ApplyRunFileRecords(const std::vector<ObjectInfo>& records) EXCLUDES(mu_);
+  // PUTs each version queued by RunFileUploaded; failures stay queued.
+  void RecordRunFiles(std::map<std::string, RunFileRecord> files) EXCLUDES(mu_);
 };
 
 }  // namespace ckptfs

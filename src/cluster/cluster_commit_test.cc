@@ -17,6 +17,8 @@
 #include <tuple>
 
 #include "cluster/cluster_book.h"
+#include "common/crc32c.h"
+#include "common/time_convert.h"
 #include "data/memory_data_store.h"
 #include "namespace/fs_test_env.h"
 #include "remote/memory_object_store.h"
@@ -803,7 +805,7 @@ TEST(ClusterCommitTest, APersistPollGetsOnlyThePartsThatMovedSinceItLastReadThem
 
 TEST(ClusterCommitTest, StepIndexKeysRoundTrip) {
   for (const std::string path : {"run/step1", "step1", "a~b/%x/step2", "deep/run/x/step3"}) {
-    for (char state : {'c', 'p', 'r'}) {
+    for (char state : {'c', 'p', 'r', 'f'}) {
       std::string back;
       char got = 0;
       const std::string key = StepIndexKey(path, state);
@@ -818,6 +820,119 @@ TEST(ClusterCommitTest, StepIndexKeysRoundTrip) {
   EXPECT_FALSE(ParseStepIndexKey(".ckptfs-index/x~q.json", &p, &s));
   EXPECT_FALSE(ParseStepIndexKey(".ckptfs-index/%zz~c.json", &p, &s));
   EXPECT_FALSE(ParseStepIndexKey("run/.ckptfs-index/x~c.json", &p, &s));
+}
+
+// Writes data over the start of an existing file and closes it.
+void Overwrite(FileSystem& fs, uint64_t ino, const std::string& data) {
+  auto o = fs.OpenFile(ino, O_WRONLY);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_TRUE(fs.Write(o->fh, data.data(), data.size(), 0).ok());
+  ASSERT_TRUE(fs.Flush(o->fh).ok());
+  ASSERT_TRUE(fs.Release(o->fh).ok());
+}
+
+// Uploads the node's run-level file at path (as its RemoteTier would: the
+// object in the bucket, then NoteUploaded), once the steps it may name are
+// persisted there. Returns the version's mtime.
+int64_t UploadRunFile(Node& n, MemoryObjectStore* bucket, const std::string& path,
+                      const std::string& data) {
+  n.fs().RepairUploadQueue();  // the tier's control pass: run directories, run-level files
+  for (const auto& job : n.fs().NextUploads(100, {})) {
+    if (job.key != path) continue;
+    EXPECT_EQ(job.size, data.size());
+    EXPECT_TRUE(bucket->Put(path, data).ok());
+    const uint32_t crc = Crc32c(0, data.data(), data.size());
+    EXPECT_TRUE(n.fs().NoteUploaded(job, crc).ok());
+    n.book().RunOnceForTest();  // the record in the step index
+    return job.mtime_ns;
+  }
+  ADD_FAILURE() << path << " is not queued for upload on " << n.book().node();
+  return 0;
+}
+
+// SPEC section 9: a run-level file (DeepSpeed's `latest`) written on one node
+// is read on every node. Its uploading node records each version in the step
+// index; a refresh elsewhere shows it as a file read from the bucket, and
+// reads the record again only when its tag moves.
+TEST(ClusterCommitTest, ARunLevelFileUploadedOnOneNodeAppearsOnTheOthers) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step = a.Step("global_step10");
+  WriteFile(a.fs(), step, "mp_rank_00_model_states.pt", "AAA");
+  WriteFile(b.fs(), b.Step("global_step10"), "zero_pp_rank_1_mp_rank_00_optim_states.pt", "BBBB");
+  a.Commit(step);
+  ASSERT_EQ(a.State(step), "committed");
+  ASSERT_TRUE(a.fs().ApplyClusterPersisted("run/global_step10").ok());
+  const uint64_t run_a = a.fs().Lookup(kRootIno, "run")->ino;
+  WriteFile(a.fs(), run_a, "latest", "global_step10");
+  const int64_t mtime1 = UploadRunFile(a, &bucket, "run/latest", "global_step10");
+  ASSERT_TRUE(bucket.Peek(StepIndexKey("run/latest", 'f')).has_value());
+  EXPECT_EQ(a.book().counters().run_file_puts.load(), 1u);
+
+  auto run_b = b.fs().Lookup(kRootIno, "run");  // refreshes: the record is applied
+  ASSERT_TRUE(run_b.ok()) << run_b.status().ToString();
+  auto latest = b.fs().Lookup(run_b->ino, "latest");
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(latest->attr.st_size, 13);
+  EXPECT_EQ(TimespecToNanos(latest->attr.st_mtim), mtime1);
+  EXPECT_EQ(b.book().counters().run_file_gets.load(), 1u);
+  // Nothing moved: the next refresh reads no record.
+  ASSERT_TRUE(b.fs().Lookup(kRootIno, "run").ok());
+  EXPECT_EQ(b.book().counters().run_file_gets.load(), 1u);
+  // a's refresh finds its own record and leaves its file alone.
+  ASSERT_TRUE(a.fs().Lookup(kRootIno, "run").ok());
+  const uint64_t latest_a = a.fs().Lookup(run_a, "latest")->ino;
+  EXPECT_EQ(ReadFile(a.fs(), latest_a), "global_step10");
+
+  // A newer version replaces b's copy, without deleting the object the
+  // record names (b's copy was read from it).
+  a.env().clock.Advance(1'000'000'000);
+  Overwrite(a.fs(), latest_a, "global_step20");
+  const int64_t mtime2 = UploadRunFile(a, &bucket, "run/latest", "global_step20");
+  ASSERT_GT(mtime2, mtime1);
+  ASSERT_TRUE(b.fs().Lookup(kRootIno, "run").ok());
+  latest = b.fs().Lookup(run_b->ino, "latest");
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(TimespecToNanos(latest->attr.st_mtim), mtime2);
+  EXPECT_EQ(b.book().counters().run_file_gets.load(), 2u);
+  EXPECT_EQ(b.fs().RemoteDeletionsQueued(), 0u);
+
+  // b's own later version wins over an older record; while b writes it, a
+  // record is not applied over it.
+  b.env().clock.Advance(5'000'000'000);
+  ASSERT_TRUE(b.fs().Unlink(run_b->ino, "latest").ok());
+  EXPECT_EQ(b.fs().RemoteDeletionsQueued(), 0u) << "a's object stays";
+  auto created = b.fs().Create(kRoot, run_b->ino, "latest", 0644, O_WRONLY);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  FileHandle* mine = created->second.fh;
+  ASSERT_TRUE(b.fs().Write(mine, "global_step30", 13, 0).ok());
+  RunFileRecord newer{
+      .path = "run/latest", .node = "a", .size = 13, .mtime_ns = INT64_MAX, .crc32c = 7};
+  auto busy = b.fs().ApplyClusterRunFile(newer);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.status().err(), EAGAIN);
+  ASSERT_TRUE(b.fs().Flush(mine).ok());
+  ASSERT_TRUE(b.fs().Release(mine).ok());
+  RunFileRecord older{
+      .path = "run/latest", .node = "a", .size = 13, .mtime_ns = mtime2 + 1, .crc32c = 7};
+  auto kept = b.fs().ApplyClusterRunFile(older);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_FALSE(*kept);
+  EXPECT_EQ(ReadFile(b.fs(), created->first.ino), "global_step30");
+}
+
+TEST(ClusterCommitTest, ARunFileRecordForARunThisNodeHasNotSeenWaits) {
+  MemoryObjectStore bucket;
+  Node b("b", &bucket);
+  RunFileRecord record{.path = "run/latest", .node = "a", .size = 3, .mtime_ns = 1, .crc32c = 7};
+  auto applied = b.fs().ApplyClusterRunFile(record);
+  ASSERT_FALSE(applied.ok());
+  EXPECT_EQ(applied.status().err(), EAGAIN);
+  record.path = "run/.ckptfs-x";
+  applied = b.fs().ApplyClusterRunFile(record);
+  ASSERT_FALSE(applied.ok());
+  EXPECT_EQ(applied.status().err(), EINVAL);
 }
 
 }  // namespace

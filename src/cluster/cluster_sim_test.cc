@@ -165,6 +165,7 @@ class SimHooks final : public ClusterHooks {
   void StepPersisted(const std::string& step_path) override { book_->StepPersisted(step_path); }
   void AwaitingParts() override { book_->AwaitingParts(); }
   void StepRemoved(const std::string& step_path) override { book_->StepRemoved(step_path); }
+  void RunFileUploaded(const RunFileRecord& record) override { book_->RunFileUploaded(record); }
   void WatchForCommit(const std::string& step_path) override { book_->WatchForCommit(step_path); }
   void AddStatus(nlohmann::json* status) const override { book_->AddStatus(status); }
 

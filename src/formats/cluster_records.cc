@@ -23,6 +23,8 @@ constexpr const char* kPartFormat = "ckptfs-part";
 constexpr const char* kStepFormat = "ckptfs-step";
 constexpr const char* kPartKind = "part record";
 constexpr const char* kStepKind = "step record";
+constexpr const char* kRunFileFormat = "ckptfs-run-file";
+constexpr const char* kRunFileKind = "run file record";
 
 Status Bad(const char* kind, const std::string& field, const std::string& why) {
   return Status::Error(EIO, std::string(kind) + ": " + field + ": " + why);
@@ -686,6 +688,51 @@ Result<ClusterStepRecord> DecodeClusterStepRecord(const std::string& json) {
     SortByPath(&r.files);
     std::sort(r.dirs.begin(), r.dirs.end());
     SortByPath(&r.symlinks);
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Error(EIO, std::string(k) + ": malformed: " + e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Run-level file records.
+
+Status ValidateRunFileRecord(const RunFileRecord& r) {
+  const char* k = kRunFileKind;
+  CKPTFS_RETURN_IF_ERROR(CheckPath(k, "path", r.path));
+  CKPTFS_RETURN_IF_ERROR(CheckNode(k, "node", r.node));
+  return Status::Ok();
+}
+
+std::string EncodeRunFileRecord(const RunFileRecord& r) {
+  OrderedJson j = {
+      {"format", kRunFileFormat},
+      {"version", kFormatVersion},
+      {"path", Text(r.path)},
+      {"node", Text(r.node)},
+      {"size", r.size},
+      {"mtime_ns", r.mtime_ns},
+      {"crc32c", Hex32(r.crc32c)},
+  };
+  return Dump(j);
+}
+
+Result<RunFileRecord> DecodeRunFileRecord(const std::string& json) {
+  const char* k = kRunFileKind;
+  try {
+    Json j;
+    CKPTFS_RETURN_IF_ERROR(ParseHead(k, kRunFileFormat, json, &j));
+    Fields top(k, j, "");
+    RunFileRecord r;
+    CKPTFS_RETURN_IF_ERROR(top.String("path", &r.path));
+    CKPTFS_RETURN_IF_ERROR(top.String("node", &r.node));
+    CKPTFS_RETURN_IF_ERROR(top.Uint("size", UINT64_MAX, &r.size));
+    CKPTFS_RETURN_IF_ERROR(top.Int("mtime_ns", &r.mtime_ns));
+    std::optional<uint32_t> crc;
+    CKPTFS_RETURN_IF_ERROR(top.Crc("crc32c", &crc));
+    if (!crc) return top.Bad("crc32c", "must be 8 lower-case hex digits, not null");
+    r.crc32c = *crc;
+    CKPTFS_RETURN_IF_ERROR(ValidateRunFileRecord(r));
     return r;
   } catch (const nlohmann::json::exception& e) {
     return Status::Error(EIO, std::string(k) + ": malformed: " + e.what());

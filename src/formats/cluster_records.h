@@ -6,6 +6,8 @@
 //                                           only by that node, seq growing
 //   <step path>/.ckptfs-step.json           ClusterStepRecord: the commit
 //                                           decision, every file with its node
+//   .ckptfs-index/<path>~f.json             RunFileRecord: the newest version
+//                                           of a run-level file in the bucket
 //
 // Pure encodings, modelled on the commit object (commit_object.h): a decoder
 // validates everything another node will trust (JSON shape and types, every
@@ -117,6 +119,19 @@ struct ClusterStepRecord {
 
 // "<step path>/.ckptfs-parts/<node>.json"
 std::string PartRecordKey(const std::string& step_path, const std::string& node);
+// A run-level file (DeepSpeed's `latest`, RecIS's `checkpoint`) as the node
+// that uploaded it to its natural key (`path`) describes that version, so
+// that every other node shows it (SPEC section 9). Rewritten by each upload
+// of a newer version, by whichever node made it.
+struct RunFileRecord {
+  std::string path;  // relative to the remote prefix, e.g. "run1/latest"
+  std::string node;  // the node that wrote and uploaded this version
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint32_t crc32c = 0;  // of the whole object
+  bool operator==(const RunFileRecord&) const = default;
+};
+
 // "<step path>/.ckptfs-step.json"
 std::string StepRecordKey(const std::string& step_path);
 // True when key names a part record of a valid step path and node name;
@@ -136,5 +151,10 @@ Result<PartRecord> DecodePartRecord(const std::string& json);
 
 std::string EncodeClusterStepRecord(const ClusterStepRecord& record);
 Result<ClusterStepRecord> DecodeClusterStepRecord(const std::string& json);
+
+// "run file record: <field>: <why>" as the others.
+Status ValidateRunFileRecord(const RunFileRecord& record);
+std::string EncodeRunFileRecord(const RunFileRecord& record);
+Result<RunFileRecord> DecodeRunFileRecord(const std::string& json);
 
 }  // namespace ckptfs

@@ -583,5 +583,45 @@ TEST(ClusterRecordKeys, Proposals) {
   EXPECT_FALSE(ParseProposal("a.~x", &node, &nonce));
 }
 
+TEST(ClusterRecordRunFile, RoundTripsCanonically) {
+  const RunFileRecord r{.path = "run1/latest",
+                        .node = "node-7",
+                        .size = 13,
+                        .mtime_ns = 1'700'000'000'123'456'789,
+                        .crc32c = 0x0a0b0c0d};
+  const std::string body = EncodeRunFileRecord(r);
+  EXPECT_EQ(
+      body,
+      R"({"format":"ckptfs-run-file","version":1,"path":"run1/latest","node":"node-7","size":13,)"
+      R"("mtime_ns":1700000000123456789,"crc32c":"0a0b0c0d"})"
+      "\n");
+  auto back = DecodeRunFileRecord(body);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, r);
+}
+
+TEST(ClusterRecordRunFile, RefusesWhatAnotherNodeMustNotTrust) {
+  auto refused = [](const std::string& body, const std::string& why) {
+    auto r = DecodeRunFileRecord(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().err(), EIO);
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  const std::string head = R"({"format":"ckptfs-run-file","version":1,)";
+  refused(head + R"("path":"../latest","node":"a","size":1,"mtime_ns":1,"crc32c":"00000000"})",
+          "run file record: path");
+  refused(head + R"("path":"/latest","node":"a","size":1,"mtime_ns":1,"crc32c":"00000000"})",
+          "is absolute");
+  refused(head + R"("path":"run/latest","node":"a b","size":1,"mtime_ns":1,"crc32c":"00000000"})",
+          "node");
+  refused(head + R"("path":"run/latest","node":"a","size":-1,"mtime_ns":1,"crc32c":"00000000"})",
+          "size");
+  refused(head + R"("path":"run/latest","node":"a","size":1,"mtime_ns":1,"crc32c":null})",
+          "crc32c");
+  refused(head + R"("path":"run/latest","node":"a","size":1,"mtime_ns":1})", "crc32c: missing");
+  refused(R"({"format":"ckptfs-part","version":1})", "format");
+  refused("not json", "not valid JSON");
+}
+
 }  // namespace
 }  // namespace ckptfs

@@ -75,6 +75,9 @@ class ClusterHooks {
   virtual void StepPersisted(const std::string& step_path) = 0;
   // a cluster step this node committed waits for other nodes' uploads.
   virtual void AwaitingParts() = 0;
+  // a version of a run-level file was uploaded to its natural key: tell the
+  // other nodes (a record in the step index).
+  virtual void RunFileUploaded(const RunFileRecord& record) = 0;
   // a committed cluster step was removed here (rm, retention): remove it for
   // the cluster (a tombstone in the step index, then its objects).
   virtual void StepRemoved(const std::string& step_path) = 0;

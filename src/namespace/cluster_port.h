@@ -56,6 +56,16 @@ class ClusterPort {
   // in the step get their CRC32Cs (reads of them can be verified, and the
   // committing node can write the commit object once all are known).
   virtual Status NoteRemoteUploads(const std::string& step_path, const PartRecord& part) = 0;
+
+  // Another node's version of a run-level file (its record in the step
+  // index): shown here as a file read from the bucket, in place of what
+  // this node has under the name unless that is its own newer version
+  // (the later mtime wins, as the last writer of a shared file would).
+  // Returns true when the namespace changed (a kernel entry to drop), false
+  // when this node keeps what it has. EAGAIN: not now (no such run
+  // directory here yet; the local file is open for writing or its upload
+  // is queued or running): the caller tries again at a later refresh.
+  virtual Result<bool> ApplyClusterRunFile(const RunFileRecord& record) = 0;
 };
 
 }  // namespace ckptfs

@@ -229,6 +229,7 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   Status RemoveClusterStep(const std::string& step_path) override;
   std::vector<AwaitedPart> PartsAwaited() override;
   Status NoteRemoteUploads(const std::string& step_path, const PartRecord& part) override;
+  Result<bool> ApplyClusterRunFile(const RunFileRecord& record) override;
 
   // --- kernel passthrough (filesystem_passthrough.cc). Set once, before
   // requests are served: with `active`, opens of resident regular files get

@@ -316,6 +316,11 @@ class FileSystemCore {
   // A run-level file at key's path will be uploaded to key: the key's
   // queued deletion waits, so the old object goes only by being replaced.
   bool RunFileWillReplaceLocked(const std::string& key) REQUIRES(mu_);
+  // A run-level file whose data is the object rec names (imported from a
+  // listing, or another node's version): a new entry of dir, owned by owner,
+  // with rec's size and mtime, its data fetched when first read.
+  Result<Inode*> AddRemoteRunFileLocked(const Caller& owner, Inode* dir, const std::string& name,
+                                        ObjectRecord rec, ManifestBatch* batch) REQUIRES(mu_);
 
   // CRC32C of the first size bytes of file (filesystem_fast_path.cc).
   static Result<uint32_t> Crc32cOfBacking(BackingFile* file, uint64_t size);

@@ -381,7 +381,17 @@ Status FileSystem::NoteUploaded(const UploadJob& job, uint32_t crc32c, uint64_t 
   // Cluster mode: the part record tells the committing node and readers on
   // other nodes that this file is in the bucket, with its CRCs.
   if (cluster_) {
-    if (const uint64_t step = steps_.StepOf(inodes_, job.ino)) cluster_->PartUploadsChanged(inodes_.PathOf(step));
+    if (const uint64_t step = steps_.StepOf(inodes_, job.ino)) {
+      cluster_->PartUploadsChanged(inodes_.PathOf(step));
+    } else if (IsRunFileLocked(*inode)) {
+      // A run-level file: its record in the step index shows this version
+      // on every node (SPEC section 9).
+      cluster_->RunFileUploaded(RunFileRecord{.path = path,
+                                              .node = cluster_->node(),
+                                              .size = job.size,
+                                              .mtime_ns = job.mtime_ns,
+                                              .crc32c = crc32c});
+    }
   }
   return txn.Write();
 }
@@ -830,24 +840,17 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
       break;
     }
     if (queued->has_value()) continue;  // deleted here; the remote deletion is pending
-    auto made = NewInodeLocked(owner, dir_ino, name, S_IFREG | 0644, txn.batch());
+    ObjectRecord rec;
+    rec.key = obj.key;
+    rec.size = obj.size;
+    rec.mtime_ns =
+        TimespecToNanos(clock_->Now());  // the version shown here, so it is not uploaded back
+    rec.crc_known = false;  // a listing says nothing of the contents: fetches are not verified
+    auto made = AddRemoteRunFileLocked(owner, dir, name, rec, txn.batch());
     if (!made.ok()) {
       failed = made.status();
       break;
     }
-    Inode* file = *made;
-    file->rec.size = obj.size;
-    InodeTable::Put(*file, txn.batch());
-    inodes_.AddChild(dir, name, file, clock_->Now(), txn.batch());
-    ObjectRecord rec;
-    rec.key = obj.key;
-    rec.size = obj.size;
-    rec.mtime_ns = VersionMtime(*file);  // the version shown here, so it is not uploaded back
-    rec.crc_known = false;  // a listing says nothing of the contents: fetches are not verified
-    rec.resident = obj.size == 0;
-    file->object = rec;
-    ledger_.SetObjectOwner(rec.key, file->rec.ino);
-    txn.batch()->Put(KeySpace::kObjects, InoKey(file->rec.ino), EncodeObject(rec));
     imported++;
   }
   if (imported > 0) {
@@ -856,6 +859,84 @@ Result<size_t> FileSystem::ImportRunFiles(const std::vector<RemoteObject>& objec
   }
   if (!failed.ok()) return failed;
   return imported;
+}
+
+Result<Inode*> FileSystemCore::AddRemoteRunFileLocked(const Caller& owner, Inode* dir,
+                                                      const std::string& name, ObjectRecord rec,
+                                                      ManifestBatch* batch) {
+  auto made = NewInodeLocked(owner, dir->rec.ino, name, S_IFREG | 0644, batch);
+  if (!made.ok()) return made.status();
+  Inode* file = *made;
+  file->rec.size = rec.size;
+  file->rec.mtime = NanosToTimespec(rec.mtime_ns);
+  InodeTable::Put(*file, batch);
+  inodes_.AddChild(dir, name, file, clock_->Now(), batch);
+  rec.resident = rec.size == 0;
+  file->object = std::move(rec);
+  ledger_.SetObjectOwner(file->object->key, file->rec.ino);
+  batch->Put(KeySpace::kObjects, InoKey(file->rec.ino), EncodeObject(*file->object));
+  return file;
+}
+
+Result<bool> FileSystem::ApplyClusterRunFile(const RunFileRecord& record) {
+  MutexLock lock(&mu_);
+  CKPTFS_RETURN_IF_ERROR(CheckHealthyLocked());
+  const std::string dir_path = ParentPath(record.path);
+  const std::string name = dir_path.empty() ? record.path : record.path.substr(dir_path.size() + 1);
+  if (!CheckName(name).ok() || IsCkptfsName(name)) {
+    return Status::Error(EINVAL, record.path + ": not a name a run-level file can have");
+  }
+  const uint64_t dir_ino = dir_path.empty() ? kRootIno : ResolveRelativeLocked(kRootIno, dir_path);
+  Inode* dir = dir_ino ? inodes_.Find(dir_ino) : nullptr;
+  // The run directory appears here with its first step from the cluster.
+  if (!dir || !HoldsStepLocked(*dir) || steps_.StepOf(inodes_, dir_ino) != 0) {
+    return Status::Error(EAGAIN, record.path + ": no run directory " + dir_path + " here yet");
+  }
+  ObjectRecord rec;
+  rec.key = record.path;
+  rec.size = record.size;
+  rec.mtime_ns = record.mtime_ns;
+  rec.crc32c = record.crc32c;
+  rec.crc_known = true;
+  rec.owner_node = record.node;  // its object is that node's to replace or delete
+  Transaction txn = BeginLocked();
+  if (auto it = dir->children.find(name); it != dir->children.end()) {
+    Inode* old = inodes_.Find(it->second.ino);
+    if (!old || !old->is_reg()) return false;  // a directory or link here stays
+    const bool copy_of_bucket = old->object && old->object->key == record.path &&
+                                ObjectIsCurrent(*old, record.path) &&
+                                (!old->object->owner_node.empty() || !old->object->crc_known);
+    if (copy_of_bucket && old->object->owner_node == record.node &&
+        old->object->mtime_ns == record.mtime_ns && old->object->size == record.size) {
+      return false;  // this version already
+    }
+    // This node's own version written after the record's: it wins, and its
+    // upload records it for the others in turn.
+    if (!copy_of_bucket && VersionMtime(*old) > record.mtime_ns) return false;
+    // Replacing a file being written, or whose upload (to this very key) is
+    // queued or running, would lose a write or let the upload land over the
+    // newer object: not now.
+    if (old->open_writers > 0 || ledger_.IsQueued(old->rec.ino) || ledger_.IsClaimed(record.path)) {
+      return Status::Error(EAGAIN, record.path + ": busy here");
+    }
+    // The object at the key is now the record's: dropping the old file must
+    // not delete it.
+    if (old->object) {
+      ledger_.ForgetObject(old->object->key, old->rec.ino);
+      txn.batch()->Delete(KeySpace::kObjects, InoKey(old->rec.ino));
+      old->object.reset();
+    }
+    inodes_.RemoveChild(dir, name, clock_->Now(), txn.batch());
+    DropLinkLocked(old, txn.batch());
+  }
+  Inode* root = inodes_.Find(kRootIno);
+  const Caller owner{.uid = root->rec.uid, .gid = root->rec.gid};
+  CKPTFS_RETURN_IF_ERROR(
+      AddRemoteRunFileLocked(owner, dir, name, std::move(rec), txn.batch()).status());
+  // The kernel's entry (or cached absence) under the name is the old one's.
+  pending_invalidations_.emplace_back(dir->rec.ino, name);
+  CKPTFS_RETURN_IF_ERROR(txn.Write());
+  return true;
 }
 
 // Not analysed: it lets go of the caller's lock for the fetch and takes it

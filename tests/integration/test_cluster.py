@@ -367,6 +367,57 @@ def test_a_rank_still_writing_on_another_node_holds_the_commit(cluster):
     assert_committed_everywhere(c, rel, Want.of_files({**a_files, b_name: b_data}), latest=False)
 
 
+def read_run_file(m, rel):
+    """(bytes, None) of a file on mount m, or (None, why not)."""
+    try:
+        return read_file(m.path(rel)), None
+    except OSError as e:
+        return None, e
+
+
+@pytest.mark.timeout_s(240)
+def test_run_level_files_written_on_one_node_are_read_on_every_node(cluster):
+    """Issue 28, 7 (SPEC section 9, "one namespace of steps"): DeepSpeed's `latest` and
+    RecIS's `checkpoint`, written on node a, never appeared on node b, even once persisted,
+    and every DeepSpeed rank reads `latest` at resume. Now the uploading node records each
+    version in the bucket's step index and every node shows it: b and a cold node c read
+    a's bytes, a newer version replaces them, and a version b writes itself later wins
+    there and then on a."""
+    c = cluster(2)
+
+    def save(step, latest):
+        rel = f"run/{step}"
+        files = {"a": {"mp_rank_00_model_states.pt": payload(MiB, 1)},
+                 "b": {"zero_pp_rank_1_mp_rank_00_optim_states.pt": payload(MiB + 3, 2)}}
+        for name in c.nodes:
+            os.makedirs(c[name].path(rel), exist_ok=True)
+        write_files(c["b"].path(rel), files["b"])
+        write_files(c["a"].path(rel), files["a"])
+        write_file(c["a"].path("run", "latest"), latest)     # rank 0, after the barrier
+        write_file(c["a"].path("run", "checkpoint"), b"model_checkpoint_path: " + latest + b"\n")
+        assert_committed_everywhere(c, rel, Want.of_files({**files["a"], **files["b"]}),
+                                    latest=False)
+        wait_persisted_everywhere(c, rel)
+
+    def wait_reads(names, rel, want):
+        for name in names:
+            poll(lambda: (read_run_file(c[name], rel)[0] == want, read_run_file(c[name], rel)),
+                 VISIBLE_S, f"node {name}: {rel} reads {want!r}")
+
+    save("global_step10", b"global_step10")
+    wait_reads(["b"], "run/latest", b"global_step10")
+    wait_reads(["b"], "run/checkpoint", b"model_checkpoint_path: global_step10\n")
+    assert "latest" in os.listdir(c["b"].path("run"))
+    save("global_step20", b"global_step20")
+    wait_reads(["b"], "run/latest", b"global_step20")
+    c.add("c")
+    wait_reads(["c"], "run/latest", b"global_step20")
+    # A version written on b later wins, on b at once and then on a and c.
+    time.sleep(0.05)
+    write_file(c["b"].path("run", "latest"), b"global_step10")
+    wait_reads(["b", "a", "c"], "run/latest", b"global_step10")
+
+
 @pytest.mark.timeout_s(300)
 def test_a_shard_left_by_an_abandoned_attempt_never_enters_the_re_save(cluster, dcp_ref):
     """Issue 28, 3 (SPEC section 9, "one save, one step"): attempt 1 of step5 left rank

@@ -81,7 +81,8 @@ def test_node_joins_on_s3rver_and_status_shows_it(make_ckptfs, s3):
     assert cluster == {"node": "a", "decide": "votes", "conditional_put": "ignored", "refresh_s": 2.5}, cluster
     # What the node asked of the bucket, by kind; status.json's own lookup may refresh (1 LIST).
     assert set(requests) == {"part_puts", "part_gets", "lists", "index_puts", "index_gets", "decisions",
-                             "refreshes", "deletes", "commit_watch_gets"}, requests
+                             "refreshes", "deletes", "commit_watch_gets", "run_file_puts",
+                             "run_file_gets"}, requests
     assert requests["part_puts"] == 0 and requests["decisions"] == 0, requests
     joins = [e for e in m.events() if e.get("event") == "cluster_join"]
     assert len(joins) == 1 and joins[0]["node"] == "a" and joins[0]["decide"] == "votes", joins
