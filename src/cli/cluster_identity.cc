@@ -80,7 +80,6 @@ Result<std::optional<ClusterMembership>> JoinClusterAtMount(ManifestStore* manif
                   {"node", node},
                   {"cache_id", *cache_id},
                   {"remote", store->Describe()},
-                  {"decide", DecideModeName(joined->mode)},
                   {"conditional_put", ConditionalPutName(joined->probe)}});
   return std::optional<ClusterMembership>(std::move(joined).value());
 }

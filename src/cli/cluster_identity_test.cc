@@ -65,7 +65,7 @@ TEST(ClusterIdentityTest, JoinAtMountBindsOnlyAfterJoining) {
   auto a = JoinClusterAtMount(&first, &store, "/c1", "a", &events);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(a->has_value());
-  EXPECT_EQ((*a)->mode, DecideMode::kConditionalPut);
+  EXPECT_EQ((*a)->probe, ConditionalPut::kSupported);
   EXPECT_EQ(Meta(&first, kNodeNameKey), "a");
   EXPECT_NE(events.Render().find("\"event\":\"cluster_join\""), std::string::npos) << events.Render();
 

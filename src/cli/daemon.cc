@@ -113,7 +113,6 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
       ClusterBookOptions cluster_options;
       cluster_options.node = d->membership_->node;
       cluster_options.cache_id = d->membership_->cache_id;
-      cluster_options.mode = d->membership_->mode;
       cluster_options.conditional_put = ConditionalPutName(d->membership_->probe);
       cluster_options.refresh_ns = options.fs.refresh_ns;
       cluster_options.publish_timeout_ns = options.publish_timeout_ns;

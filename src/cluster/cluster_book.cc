@@ -377,7 +377,6 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
     return Status::Error(EIO, "step record of " + mine.step_path + ": " + valid.message());
   }
   DecideOptions decide;
-  decide.mode = options_.mode;
   decide.node = options_.node;
   decide.nonce = nonce;
   decide.valid = [](const std::string& body) { return DecodeClusterStepRecord(body).ok(); };
@@ -388,6 +387,18 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
   if (!decided.ok()) return decided.status();
   auto record = DecodeClusterStepRecord(*decided);
   if (!record.ok()) return record.status();
+  if (record->proposal != mine.proposal &&
+      ProposalIn(StepIndexKey(mine.step_path, 'r')) == record->proposal) {
+    // The decision there is a removed step's, whose removal (another node's,
+    // RemoveFromBucket) has not reached it yet: a save of the name now is a
+    // new step, never that one (issue 28, 4: adopting it dropped the new
+    // files, and the removal then erased the step). The removal deletes
+    // the decision last; the commit is asked again until then.
+    return Status::Error(EAGAIN, mine.step_path +
+                                     ": the step of that name removed before is still "
+                                     "being deleted from the bucket; this save commits "
+                                     "as a new step once that ends");
+  }
   // Every decider writes the same bytes, so a repeated or concurrent PUT of
   // the index entry is harmless even where PUT is not atomic.
   counters_.index_puts++;
@@ -671,6 +682,11 @@ int64_t ClusterBook::PollCommitWatch() {
                            {"error", "malformed step record in the index: " +
                                          (record.ok() ? std::string("another step's")
                                                       : record.status().message())}});
+        } else if (ProposalIn(StepIndexKey(step, 'r')) == record->proposal) {
+          // The entry of a step of that name removed before, whose removal
+          // has not deleted it yet (RemoveFromBucket): this node's save of
+          // the name is a new step, never that one (issue 28, 4).
+          done = false;
         } else {
           // As a refresh applies it (one at a time with refreshes).
           Status st;
@@ -728,28 +744,54 @@ std::string ClusterBook::ProposalIn(const std::string& key) {
 Status ClusterBook::RemoveFromBucket(const std::string& step_path) {
   // The tombstone names the record it removes, so a step saved again later
   // under the same name (a new record, a new proposal) is not hidden by it.
-  const std::string proposal = ProposalIn(StepIndexKey(step_path, 'c'));
+  // The decision itself says which (a removal tried again after a failure
+  // finds the index entry gone already; the decision goes last).
+  std::string proposal = ProposalIn(StepRecordKey(step_path));
+  if (proposal.empty()) proposal = ProposalIn(StepIndexKey(step_path, 'c'));
   nlohmann::json tomb = {{"format", "ckptfs-index"}, {"state", "removed"}, {"proposal", proposal}};
   counters_.index_puts++;
   CKPTFS_RETURN_IF_ERROR(store_->Put(StepIndexKey(step_path, 'r'), tomb.dump() + "\n"));
-  // Every object of the step: data of every node, parts, the record and the
-  // decision's scratch keys, the commit object. Deleting is idempotent, so
-  // two nodes removing one step at once do no harm.
+  // Its index entries next, before a save of the name again can write new
+  // ones (it cannot decide before the old decision is gone, below).
+  counters_.deletes++;
+  CKPTFS_RETURN_IF_ERROR(
+      store_->Delete({StepIndexKey(step_path, 'p'), StepIndexKey(step_path, 'c')}));
+  // Every object of the step: data of every node, parts, the commit object.
+  // Deleting is idempotent, so two nodes removing one step at once do no
+  // harm. This node's own part stays when it is saving the name again
+  // already (it has the step here once more); other nodes' new parts that
+  // this deletes are published again before their commit can use them.
   counters_.lists++;
   auto listed = store_->List(step_path + "/");
   if (!listed.ok()) return listed.status();
+  const std::string decision = StepRecordKey(step_path);
+  const bool saving_again = port_->PartSnapshot(step_path).ok();
+  const std::string own_part = PartRecordKey(step_path, options_.node);
   std::vector<std::string> keys;
-  for (const auto& obj : *listed) keys.push_back(obj.key);
+  bool has_decision = false;
+  for (const auto& obj : *listed) {
+    if (obj.key == decision) {
+      has_decision = true;
+    } else if (!(saving_again && obj.key == own_part)) {
+      keys.push_back(obj.key);
+    }
+  }
   for (size_t i = 0; i < keys.size(); i += 1000) {
     std::vector<std::string> batch(keys.begin() + i,
                                    keys.begin() + std::min(keys.size(), i + 1000));
     counters_.deletes++;
     CKPTFS_RETURN_IF_ERROR(store_->Delete(batch));
   }
-  counters_.deletes++;
-  CKPTFS_RETURN_IF_ERROR(
-      store_->Delete({StepIndexKey(step_path, 'p'), StepIndexKey(step_path, 'c')}));
-  events_->Append({{"event", "cluster_remove"}, {"path", step_path}, {"objects", keys.size()}});
+  // The decision last, once every old object is gone: until then a save of
+  // the name again cannot commit (DecideStep), so its uploads, under the
+  // same keys, never race these deletions.
+  if (has_decision) {
+    counters_.deletes++;
+    CKPTFS_RETURN_IF_ERROR(store_->Delete({decision}));
+  }
+  events_->Append({{"event", "cluster_remove"},
+                   {"path", step_path},
+                   {"objects", keys.size() + (has_decision ? 1 : 0)}});
   return Status::Ok();
 }
 
@@ -924,7 +966,6 @@ void ClusterBook::AddStatus(nlohmann::json* status) const {
   // The one writer of status.json's cluster block.
   nlohmann::json& block = (*status)["cluster"];
   block["node"] = options_.node;
-  block["decide"] = DecideModeName(options_.mode);
   if (!options_.conditional_put.empty()) block["conditional_put"] = options_.conditional_put;
   block["refresh_s"] = static_cast<double>(options_.refresh_ns) / 1e9;
   block["requests"] = {{"part_puts", counters_.part_puts.load()},

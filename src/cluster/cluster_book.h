@@ -6,8 +6,7 @@
 //                                      before close()/fsync() return (group
 //                                      commit: one PUT in flight per step);
 //   <step>/.ckptfs-step.json           the step's one record, decided once
-//                                      (DecideOnce: conditional put, or votes
-//                                      where the server ignores conditions);
+//                                      (DecideOnce: a conditional put);
 //   .ckptfs-index/<step>~c.json        committed (body: the step record) and
 //   .ckptfs-index/<step>~p.json        persisted: one LIST of the index tells a
 //                                      node every step's state; no step key
@@ -51,9 +50,8 @@
 namespace ckptfs {
 
 struct ClusterBookOptions {
-  std::string node;      // --node
-  std::string cache_id;  // the cache's identity, in part records
-  DecideMode mode = DecideMode::kVotes;
+  std::string node;                             // --node
+  std::string cache_id;                         // the cache's identity, in part records
   int64_t refresh_ns = 1'000'000'000;           // --refresh
   int64_t publish_timeout_ns = 60'000'000'000;  // a close waits at most this for the bucket
   int64_t upload_wait_ns =

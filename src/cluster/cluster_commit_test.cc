@@ -95,17 +95,16 @@ TEST(ClusterCommitTest, TheBookWritesTheWholeClusterBlockOfStatus) {
   ClusterBookOptions o;
   o.node = "a";
   o.refresh_ns = 2'500'000'000;
-  o.mode = DecideMode::kVotes;
-  o.conditional_put = "ignored";
+  o.conditional_put = "supported";
   ClusterBook book(&env.fs(), &bucket, &env.events, o);
   nlohmann::json status = nlohmann::json::object();
   book.AddStatus(&status);
   nlohmann::json block = status["cluster"];
   ASSERT_TRUE(block.contains("requests")) << block.dump();
   block.erase("requests");
-  EXPECT_EQ(block.dump(),
-            R"({"closes_published_later":0,"conditional_put":"ignored","decide":"votes",)"
-            R"("node":"a","refresh_s":2.5})");
+  EXPECT_EQ(
+      block.dump(),
+      R"({"closes_published_later":0,"conditional_put":"supported","node":"a","refresh_s":2.5})");
 }
 
 TEST(ClusterCommitTest, ClosePublishesThePartBeforeItReturns) {
@@ -527,7 +526,6 @@ TEST(ClusterCommitTest, ANodeWithoutTheStepSeesItAfterTheCommit) {
 
 TEST(ClusterCommitTest, TriggersOnTwoNodesGiveOneRecord) {
   MemoryObjectStore bucket;
-  bucket.IgnoreConditions(true);  // like s3rver: the nodes decide by votes
   Node a("a", &bucket);
   Node b("b", &bucket);
   const uint64_t step_a = a.Step("step2");
@@ -641,6 +639,79 @@ TEST(ClusterCommitTest, RemovingACommittedStepRemovesItForTheCluster) {
   auto seen = b.fs().Lookup(run_b->ino, "step7");
   ASSERT_TRUE(seen.ok()) << seen.status().ToString();
   EXPECT_EQ(b.State(seen->ino), "committed");
+}
+
+// Issue 28, 4: rm -rf of a step on b while its deletions in the bucket are
+// slow, and a saves the name again. The new save adopted the removed step's
+// decision (its new files dropped as late), said committed, and the removal
+// then erased it everywhere. Now a decision the tombstone names is never
+// adopted: the save waits as writing until the removal has deleted it (the
+// decision goes last), then commits as a new step.
+TEST(ClusterCommitTest, ASaveOfARemovedNameWaitsForTheRemovalAndIsANewStep) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const uint64_t step_a = a.Step("step9");
+  const uint64_t step_b = b.Step("step9");
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  WriteFile(b.fs(), step_b, "y", "BBBB");
+  a.Commit(step_a);
+  ASSERT_EQ(a.State(step_a), "committed");
+  auto old =
+      DecodeClusterStepRecord(*bucket.GetRange("run/step9/.ckptfs-step.json", 0, UINT64_MAX));
+  ASSERT_TRUE(old.ok());
+  // b's removal, halfway: its tombstone and index entries are written and
+  // deleted, the step's objects (the decision among them) not yet.
+  ASSERT_TRUE(b.fs().Lookup(step_b, "x").ok());
+  auto run_b = b.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(b.fs().Unlink(step_b, "x").ok());
+  ASSERT_TRUE(b.fs().Unlink(step_b, "y").ok());
+  ASSERT_TRUE(b.fs().Rmdir(run_b->ino, "step9").ok());
+  ASSERT_TRUE(bucket
+                  .Put(StepIndexKey("run/step9", 'r'), R"({"format":"ckptfs-index","proposal":")" +
+                                                           old->proposal +
+                                                           R"(","state":"removed"})"
+                                                           "\n")
+                  .ok());
+  ASSERT_TRUE(bucket.Delete({StepIndexKey("run/step9", 'c'), StepIndexKey("run/step9", 'p')}).ok());
+  // a sees the removal, and saves step9 again.
+  auto run_a = a.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_a.ok());
+  ASSERT_EQ(a.fs().Lookup(run_a->ino, "step9").status().err(), ENOENT);
+  const uint64_t again = a.Step("step9");
+  WriteFile(a.fs(), again, "z", "ZZZZZ");
+  a.Commit(again);
+  EXPECT_EQ(a.State(again), "writing");
+  EXPECT_NE(a.Xattr(again, "user.ckptfs.error").find("still being deleted from the bucket"),
+            std::string::npos)
+      << a.Xattr(again, "user.ckptfs.error");
+  // Nor does it upload before its commit: the removal may still delete
+  // objects of the same names.
+  auto uploads_of_step9 = [&] {
+    size_t n = 0;
+    for (const auto& job : a.fs().NextUploads(100, {})) n += job.key.rfind("run/step9/", 0) == 0;
+    return n;
+  };
+  EXPECT_EQ(uploads_of_step9(), 0u);
+  // b's removal ends: every old object, the decision last.
+  b.book().RunOnceForTest();
+  EXPECT_FALSE(bucket.Head("run/step9/.ckptfs-step.json").ok());
+  a.Commit(again);
+  ASSERT_EQ(a.State(again), "committed") << a.Xattr(again, "user.ckptfs.error");
+  EXPECT_EQ(uploads_of_step9(), 1u);
+  auto record =
+      DecodeClusterStepRecord(*bucket.GetRange("run/step9/.ckptfs-step.json", 0, UINT64_MAX));
+  ASSERT_TRUE(record.ok());
+  EXPECT_NE(record->proposal, old->proposal);
+  ASSERT_EQ(record->files.size(), 1u);
+  EXPECT_EQ(record->files[0].path, "z");
+  EXPECT_EQ(ReadFile(a.fs(), a.fs().Lookup(again, "z")->ino), "ZZZZZ");
+  // b sees the new step, not the removed one.
+  auto seen = b.fs().Lookup(run_b->ino, "step9");
+  ASSERT_TRUE(seen.ok()) << seen.status().ToString();
+  EXPECT_EQ(b.State(seen->ino), "committed");
+  EXPECT_TRUE(b.fs().Lookup(seen->ino, "z").ok());
+  EXPECT_EQ(b.fs().Lookup(seen->ino, "x").status().err(), ENOENT);
 }
 
 TEST(ClusterCommitTest, ACommittedStepCannotBeRenamedButAWritingOneCan) {

@@ -84,28 +84,44 @@ Result<std::optional<std::string>> ReadValid(
                                 "); if no cluster mount uses it, remove it and mount again");
 }
 
-// Put where nobody has written yet. Stores that accept the condition get
-// it even when the probe found it ignored: where it is honoured after all it
-// keeps the first writer's body, and where it is ignored it is a Put.
-Status PutFirst(ObjectStore* store, ConditionalPut probe, const std::string& key,
-                const std::string& body) {
-  Status st =
-      probe == ConditionalPut::kUnsupported ? store->Put(key, body) : store->PutIfAbsent(key, body);
-  if (st.err() == EOPNOTSUPP) st = store->Put(key, body);
-  if (st.err() == EEXIST) return Status::Ok();  // someone was first: the caller reads it back
+// Put where nobody has written yet; EEXIST (someone was first) is Ok: the
+// caller reads the winner back.
+Status PutFirst(ObjectStore* store, const std::string& key, const std::string& body) {
+  Status st = store->PutIfAbsent(key, body);
+  if (st.err() == EEXIST) return Status::Ok();
   return st.Annotate("writing " + key);
 }
 
-Result<DecideMode> PinMode(ObjectStore* store, ConditionalPut probe, std::string* pinned_body) {
+// Cluster mode's one requirement of the store (SPEC section 9): without an
+// honoured conditional create, two nodes can both "win" a step's decision
+// or a node name.
+Status RequireConditionalPut(ConditionalPut probe) {
+  if (probe == ConditionalPut::kSupported) return Status::Ok();
+  return Status::Error(
+      EOPNOTSUPP,
+      std::string(
+          "cluster mode (--node) needs an object store that honours conditional writes, and "
+          "this one ") +
+          (probe == ConditionalPut::kIgnored ? "accepted `If-None-Match: *` on a key that exists "
+                                               "and overwrote it anyway (s3rver does)"
+                                             : "refused conditional PUTs") +
+          ": two nodes could then both decide a step. AWS S3, MinIO, Ceph RGW, Cloudflare R2 and "
+          "GCS (x-goog-if-generation-match: 0) honour them; mount without --node for one writer "
+          "per remote prefix, or reach the store without what drops the condition (a proxy, "
+          "another endpoint)");
+}
+
+// `.ckptfs-cluster.json` says how the cluster decides. This build decides
+// by conditional puts only; the file is written once, by the first cluster
+// mount of the bucket, so an older ckptfs that joins later decides the same
+// way, and a bucket an older ckptfs pinned to votes (a store that ignored
+// the condition then) is refused rather than decided two ways at once.
+Status CheckClusterFile(ObjectStore* store, std::string* pinned_body) {
   auto decode = [](const std::string& b) { return DecodeClusterFile(b).status(); };
   auto pinned = ReadValid(store, kClusterFileKey, decode);
   if (!pinned.ok()) return pinned.status();
   if (!pinned->has_value()) {
-    // The first cluster mount of this bucket chooses; votes are correct on
-    // any store, conditional puts only where the condition holds.
-    const DecideMode chosen =
-        probe == ConditionalPut::kSupported ? DecideMode::kConditionalPut : DecideMode::kVotes;
-    CKPTFS_RETURN_IF_ERROR(PutFirst(store, probe, kClusterFileKey, EncodeClusterFile(chosen)));
+    CKPTFS_RETURN_IF_ERROR(PutFirst(store, kClusterFileKey, EncodeClusterFile()));
     pinned = ReadValid(store, kClusterFileKey, decode);
     if (!pinned.ok()) return pinned.status();
     if (!pinned->has_value()) {
@@ -114,23 +130,21 @@ Result<DecideMode> PinMode(ObjectStore* store, ConditionalPut probe, std::string
     }
   }
   *pinned_body = **pinned;
-  auto mode = DecodeClusterFile(*pinned_body);
-  if (!mode.ok()) return mode.status();
-  if (*mode == DecideMode::kConditionalPut && probe != ConditionalPut::kSupported) {
+  auto decide = DecodeClusterFile(*pinned_body);
+  if (!decide.ok()) return decide.status();
+  if (*decide != kDecideByConditionalPut) {
     return Status::Error(
         EOPNOTSUPP,
-        std::string("the remote is pinned to deciding by conditional puts (") + kClusterFileKey +
-            " says \"conditional-put\"), but conditional puts are " + ConditionalPutName(probe) +
-            " by the store as this node reaches it (If-None-Match: * " +
-            (probe == ConditionalPut::kIgnored ? "did not stop an overwrite" : "was refused") +
-            "): deciding differently from the other nodes would break agreement; reach the "
-            "store without what drops the condition (a proxy, another endpoint)");
+        std::string(kClusterFileKey) + " says the nodes decide by \"" + *decide +
+            "\": an older ckptfs pinned that on a store that ignored conditional writes, "
+            "and this ckptfs decides only by conditional writes; finish that job with "
+            "the older ckptfs, or start the cluster in a new remote prefix");
   }
-  return mode;
+  return Status::Ok();
 }
 
-Status Register(ObjectStore* store, ConditionalPut probe, const std::string& node,
-                const std::string& cache_id, const std::string& host) {
+Status Register(ObjectStore* store, const std::string& node, const std::string& cache_id,
+                const std::string& host) {
   const std::string key = NodeRegistrationKey(node);
   const std::string mine = EncodeNodeRegistration(node, cache_id, host);
   auto decode = [&](const std::string& b) -> Status {
@@ -156,9 +170,9 @@ Status Register(ObjectStore* store, ConditionalPut probe, const std::string& nod
     // This cache, moved to another host: the record follows it.
     return store->Put(key, mine).Annotate("writing " + key);
   }
-  CKPTFS_RETURN_IF_ERROR(PutFirst(store, probe, key, mine));
-  // Read back: where the condition holds, a cache that registered the name
-  // at the same moment won and is named here.
+  CKPTFS_RETURN_IF_ERROR(PutFirst(store, key, mine));
+  // Read back: a cache that registered the name at the same moment won (the
+  // condition holds: the mount checked) and is named here.
   auto back = ReadValid(store, key, decode);
   if (!back.ok()) return back.status();
   if (!back->has_value()) return Status::Error(EIO, key + " vanished right after it was written");
@@ -169,26 +183,21 @@ Status Register(ObjectStore* store, ConditionalPut probe, const std::string& nod
 
 }  // namespace
 
-const char* DecideModeName(DecideMode mode) {
-  return mode == DecideMode::kConditionalPut ? "conditional-put" : "votes";
-}
-
-std::string EncodeClusterFile(DecideMode mode) {
+std::string EncodeClusterFile() {
   OrderedJson j = OrderedJson::object();
   j["format"] = kClusterFormat;
   j["version"] = kVersion;
-  j["decide"] = DecideModeName(mode);
+  j["decide"] = kDecideByConditionalPut;
   return Dump(j);
 }
 
-Result<DecideMode> DecodeClusterFile(const std::string& body) {
+Result<std::string> DecodeClusterFile(const std::string& body) {
   constexpr const char* kKind = "cluster file";
   auto j = ParseHeader(body, kKind, kClusterFormat);
   if (!j.ok()) return j.status();
   std::string decide;
   CKPTFS_RETURN_IF_ERROR(StringField(*j, kKind, "decide", &decide));
-  if (decide == "conditional-put") return DecideMode::kConditionalPut;
-  if (decide == "votes") return DecideMode::kVotes;
+  if (decide == kDecideByConditionalPut || decide == "votes") return decide;
   return Status::Error(EIO, std::string(kKind) + ": decide " + QuoteForMessage(decide) +
                                 " is neither \"conditional-put\" nor \"votes\"");
 }
@@ -232,10 +241,9 @@ Result<ClusterMembership> JoinCluster(ObjectStore* store, const std::string& nod
   auto probe = ProbeConditionalPut(store, std::string(kProbeDir) + "/" + node + "-" + *suffix);
   if (!probe.ok()) return probe.status().Annotate(where + ": probing conditional puts");
   m.probe = *probe;
-  auto mode = PinMode(store, m.probe, &m.cluster_json);
-  if (!mode.ok()) return mode.status().Annotate(where);
-  m.mode = *mode;
-  Status registered = Register(store, m.probe, node, cache_id, host);
+  CKPTFS_RETURN_IF_ERROR(RequireConditionalPut(m.probe).Annotate(where));
+  CKPTFS_RETURN_IF_ERROR(CheckClusterFile(store, &m.cluster_json).Annotate(where));
+  Status registered = Register(store, node, cache_id, host);
   if (!registered.ok()) return registered.Annotate(where);
   return m;
 }

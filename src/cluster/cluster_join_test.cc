@@ -1,4 +1,4 @@
-// JoinCluster: the probe, the mode pinned in .ckptfs-cluster.json, and the
+// JoinCluster: the probe and the requirement, .ckptfs-cluster.json, and the
 // node registry, over the memory store (honouring, ignoring and refusing
 // conditional puts) and file://.
 #include "cluster/cluster_join.h"
@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/temp_dir_for_test.h"
 #include "remote/memory_object_store.h"
@@ -26,7 +28,6 @@ TEST(ClusterJoinTest, FirstNodePinsConditionalPutWhereItHolds) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->node, "gpu-000");
   EXPECT_EQ(m->probe, ConditionalPut::kSupported);
-  EXPECT_EQ(m->mode, DecideMode::kConditionalPut);
   const std::string pinned = R"({"format":"ckptfs-cluster","version":1,"decide":"conditional-put"})"
                              "\n";
   EXPECT_EQ(m->cluster_json, pinned);
@@ -42,60 +43,68 @@ TEST(ClusterJoinTest, FirstNodePinsConditionalPutWhereItHolds) {
   EXPECT_TRUE(store.List(".ckptfs-probe/")->empty());
 }
 
-TEST(ClusterJoinTest, StoreIgnoringConditionsPinsVotes) {
-  MemoryObjectStore store;
-  store.IgnoreConditions(true);  // as s3rver 3.7.1
-  auto m = JoinCluster(&store, "a", "c0", "h");
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(m->probe, ConditionalPut::kIgnored);
-  EXPECT_EQ(m->mode, DecideMode::kVotes);
-  EXPECT_EQ(Body(&store, ".ckptfs-cluster.json"),
-            R"({"format":"ckptfs-cluster","version":1,"decide":"votes"})"
-            "\n");
-}
+// SPEC section 9: cluster mode requires conditional writes, probed at
+// mount; a store that ignores or refuses them is refused with a message that
+// says why, before anything is written but the probe's scratch key.
+TEST(ClusterJoinTest, AStoreWithoutConditionalWritesIsRefused) {
+  MemoryObjectStore ignoring;
+  ignoring.IgnoreConditions(true);  // as s3rver 3.7.1
+  auto m = JoinCluster(&ignoring, "a", "c0", "h");
+  ASSERT_EQ(m.err(), EOPNOTSUPP) << m.status().ToString();
+  const std::string& msg = m.status().message();
+  EXPECT_NE(msg.find("needs an object store that honours conditional writes"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("overwrote it anyway"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mount without --node"), std::string::npos) << msg;
+  EXPECT_TRUE(ignoring.List("")->empty()) << "nothing left behind";
 
-TEST(ClusterJoinTest, StoreRefusingConditionsPinsVotesWithPlainPuts) {
   MemoryObjectStore memory;
-  testing::SharedStore store(&memory);  // PutIfAbsent: the default EOPNOTSUPP
-  auto m = JoinCluster(&store, "a", "c0", "h");
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(m->probe, ConditionalPut::kUnsupported);
-  EXPECT_EQ(m->mode, DecideMode::kVotes);
-  EXPECT_TRUE(memory.Peek(".ckptfs-nodes/a.json").has_value());
+  testing::SharedStore refusing(&memory);  // PutIfAbsent: the default EOPNOTSUPP
+  m = JoinCluster(&refusing, "a", "c0", "h");
+  ASSERT_EQ(m.err(), EOPNOTSUPP) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("refused conditional PUTs"), std::string::npos)
+      << m.status().message();
+  EXPECT_FALSE(memory.Peek(".ckptfs-nodes/a.json").has_value());
 }
 
-TEST(ClusterJoinTest, LaterNodesUseThePinnedMode) {
+TEST(ClusterJoinTest, ABucketAnOlderCkptfsPinnedToVotesIsRefused) {
   MemoryObjectStore store;
-  // Pinned to votes by a first node behind an s3rver-like proxy: a node
-  // whose store honours the condition still votes.
-  store.IgnoreConditions(true);
-  ASSERT_TRUE(JoinCluster(&store, "a", "ca", "ha").ok());
-  store.IgnoreConditions(false);
-  auto b = JoinCluster(&store, "b", "cb", "hb");
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_EQ(b->probe, ConditionalPut::kSupported);
-  EXPECT_EQ(b->mode, DecideMode::kVotes);
-}
-
-TEST(ClusterJoinTest, PinnedConditionalPutRefusesANodeWhoseStoreIgnoresIt) {
-  MemoryObjectStore store;
-  ASSERT_TRUE(JoinCluster(&store, "a", "ca", "ha").ok());
-  store.IgnoreConditions(true);
-  auto b = JoinCluster(&store, "b", "cb", "hb");
-  ASSERT_EQ(b.err(), EOPNOTSUPP) << b.status().ToString();
-  const std::string& msg = b.status().message();
-  EXPECT_NE(msg.find("conditional-put"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("ignored"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(".ckptfs-cluster.json"), std::string::npos) << msg;
-  // Refused before registering.
+  const std::string votes = R"({"format":"ckptfs-cluster","version":1,"decide":"votes"})"
+                            "\n";
+  ASSERT_TRUE(store.Put(".ckptfs-cluster.json", votes).ok());
+  auto m = JoinCluster(&store, "b", "cb", "hb");
+  ASSERT_EQ(m.err(), EOPNOTSUPP) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("says the nodes decide by \"votes\""), std::string::npos)
+      << m.status().message();
   EXPECT_FALSE(store.Peek(".ckptfs-nodes/b.json").has_value());
+  EXPECT_EQ(Body(&store, ".ckptfs-cluster.json"), votes);
+}
 
-  MemoryObjectStore refusing_memory;
-  ASSERT_TRUE(JoinCluster(&refusing_memory, "a", "ca", "ha").ok());
-  testing::SharedStore refusing(&refusing_memory);
-  auto c = JoinCluster(&refusing, "c", "cc", "hc");
-  ASSERT_EQ(c.err(), EOPNOTSUPP) << c.status().ToString();
-  EXPECT_NE(c.status().message().find("unsupported"), std::string::npos) << c.status().message();
+// Issue 28, 5: two daemons with one --node name must not both come up, also
+// when they register at the same moment (before, a GET then a PUT on a slow
+// store let both through). The registration is a conditional create.
+TEST(ClusterJoinTest, OfCachesRegisteringOneNameAtOnceExactlyOneGetsIt) {
+  for (int round = 0; round < 20; round++) {
+    MemoryObjectStore store;
+    constexpr int kCaches = 8;
+    std::vector<Status> got(kCaches);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kCaches; i++) {
+      threads.emplace_back([&, i] {
+        got[i] = JoinCluster(&store, "gpu-1", "cache-" + std::to_string(i), "host").status();
+      });
+    }
+    for (auto& t : threads) t.join();
+    int winners = 0;
+    for (const Status& st : got) {
+      if (st.ok()) {
+        winners++;
+      } else {
+        EXPECT_EQ(st.err(), EEXIST) << st.ToString();
+      }
+    }
+    EXPECT_EQ(winners, 1) << "round " << round;
+  }
 }
 
 TEST(ClusterJoinTest, NodeNameOfAnotherCacheIsRefused) {
@@ -132,7 +141,7 @@ TEST(ClusterJoinTest, DamagedFilesAreEioNamingTheKey) {
   EXPECT_NE(m.status().message().find(".ckptfs-cluster.json"), std::string::npos)
       << m.status().message();
 
-  ASSERT_TRUE(store.Put(".ckptfs-cluster.json", EncodeClusterFile(DecideMode::kVotes)).ok());
+  ASSERT_TRUE(store.Put(".ckptfs-cluster.json", EncodeClusterFile()).ok());
   ASSERT_TRUE(store.Put(".ckptfs-nodes/a.json", "garbage").ok());
   m = JoinCluster(&store, "a", "c", "h");
   ASSERT_EQ(m.err(), EIO) << m.status().ToString();
@@ -155,12 +164,10 @@ TEST(ClusterJoinTest, StoreErrorsAreReturned) {
 }
 
 TEST(ClusterJoinTest, ClusterFileDecoding) {
-  EXPECT_EQ(*DecodeClusterFile(EncodeClusterFile(DecideMode::kVotes)), DecideMode::kVotes);
-  EXPECT_EQ(*DecodeClusterFile(EncodeClusterFile(DecideMode::kConditionalPut)),
-            DecideMode::kConditionalPut);
+  EXPECT_EQ(*DecodeClusterFile(EncodeClusterFile()), "conditional-put");
   // Unknown keys are ignored; key order does not matter to a reader.
   EXPECT_EQ(*DecodeClusterFile(R"({"decide":"votes","version":1,"format":"ckptfs-cluster","x":2})"),
-            DecideMode::kVotes);
+            "votes");
   for (const char* bad :
        {"", "[]", "{}", R"({"format":"ckptfs-cluster","version":2,"decide":"votes"})",
         R"({"format":"ckptfs-node","version":1,"decide":"votes"})",
@@ -177,11 +184,9 @@ TEST(ClusterJoinTest, WorksOnFileObjectStore) {
   auto a = JoinCluster(store->get(), "a", "ca", "h");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ(a->probe, ConditionalPut::kSupported);
-  EXPECT_EQ(a->mode, DecideMode::kConditionalPut);
   EXPECT_EQ(JoinCluster(store->get(), "a", "other", "h").err(), EEXIST);
   auto b = JoinCluster(store->get(), "b", "cb", "h");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_EQ(b->mode, DecideMode::kConditionalPut);
   auto listed = (*store)->List("");
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(listed->size(), 3u);  // the cluster file and two registrations

@@ -51,8 +51,8 @@ class ClusterHooks {
   virtual Result<std::string> ReadPartFile(const std::string& step_path, const PartRecord::File& file,
                                            const std::string& owner, uint64_t offset, uint64_t length) = 0;
 
-  // Decides the step's one record for the cluster (conditional put, or votes
-  // where the server ignores conditions) and makes it visible to the other
+  // Decides the step's one record for the cluster (a conditional put) and
+  // makes it visible to the other
   // nodes: the record decided, which is `proposal` or another node's.
   // Blocking.
   virtual Result<ClusterStepRecord> DecideStep(const ClusterStepRecord& proposal) = 0;

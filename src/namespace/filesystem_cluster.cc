@@ -385,6 +385,7 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
     if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
   }
   SaveEndedLocked(step_ino);
+  cluster_removed_paths_.erase(record.step_path);  // its uploads may start
   if (tier_) tier_->UploadsQueued();
   events_->Append({{"event", "commit"}, {"path", record.step_path}, {"step", rec.step}, {"state", "committed"},
                    {"bytes", rec.bytes}, {"files", rec.files}, {"committer", record.committer}});
@@ -658,6 +659,7 @@ Status FileSystemCore::FinishClusterCommitLocked(const CommitPort::CommitPlan& p
     if (Inode* inode = inodes_.Find(ino)) inode->dirty = false;
   }
   SaveEndedLocked(plan.step_ino);
+  cluster_removed_paths_.erase(record.step_path);  // its uploads may start
   if (tier_) tier_->UploadsQueued();
   // This node writes the commit object once every other node's part is up.
   cluster_->AwaitingParts();

@@ -297,6 +297,9 @@ class FileSystemCore {
   // same answer as of the last RepairUploadQueue, for checks on hot paths.
   bool HoldsStepLocked(const Inode& dir) const REQUIRES(mu_);
   bool IsRunFileLocked(const Inode& inode) const REQUIRES(mu_);
+  // Cluster mode: a committed (or deleting) cluster step, whose removal is
+  // the cluster's (ClusterBook::RemoveFromBucket).
+  bool ClusterSweepsStepLocked(uint64_t step_ino) const REQUIRES(mu_);
   // A queued upload of inode has something to upload: the file exists and
   // is in a step or is a run-level file.
   bool HasUploadLocked(Inode* inode) REQUIRES(mu_);
@@ -434,6 +437,12 @@ class FileSystemCore {
   // are applied without announcing them again.
   bool retention_by_committer_ GUARDED_BY(mu_) = false;
   bool applying_cluster_removal_ GUARDED_BY(mu_) = false;
+  // Paths of committed cluster steps removed while this daemon runs (here,
+  // or by another node): a step saved again under such a name uploads
+  // nothing before it commits, because the cluster's removal of the old one
+  // may still be deleting objects of the same names (issue 28, 4); its
+  // commit comes only once that removal is done (ClusterBook::DecideStep).
+  std::set<std::string> cluster_removed_paths_ GUARDED_BY(mu_);
   // Announces the removal of a committed cluster step (rm, retention).
   void AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) REQUIRES(mu_);
 };

@@ -82,6 +82,13 @@ bool FileSystemCore::HoldsStepLocked(const Inode& dir) const {
   return false;
 }
 
+bool FileSystemCore::ClusterSweepsStepLocked(uint64_t step_ino) const {
+  if (!cluster_ || step_ino == 0) return false;
+  auto it = steps_.find(step_ino);
+  return it != steps_.end() && !it->second.committer.empty() &&
+         (it->second.state == StepState::kCommitted || it->second.state == StepState::kDeleting);
+}
+
 bool FileSystemCore::IsRunFileLocked(const Inode& inode) const {
   // Hard-linked files have more than one path, so no natural key.
   return inode.is_reg() && inode.rec.nlink == 1 && ledger_.IsRunDir(inode.rec.parent) &&
@@ -279,6 +286,15 @@ std::vector<FileSystem::UploadJob> FileSystem::NextUploads(size_t max, const std
     const bool run_file = IsRunFileLocked(*inode);
     if (busy.count(ino) || inode->open_writers > 0 || (run_file && !RunFileReadyLocked(inode))) {
       continue;
+    }
+    if (!run_file && !cluster_removed_paths_.empty()) {
+      // A save of a removed cluster step's name: not before its commit.
+      const uint64_t step = steps_.StepOf(inodes_, inode->rec.parent);
+      auto rec = steps_.find(step);
+      if (rec != steps_.end() && rec->second.state == StepState::kWriting &&
+          cluster_removed_paths_.count(inodes_.PathOf(step))) {
+        continue;
+      }
     }
     UploadJob job;
     job.ino = ino;

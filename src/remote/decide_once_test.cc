@@ -27,9 +27,8 @@ namespace {
 
 const char* kKey = "run/step100/.ckptfs-step.json";
 
-DecideOptions Options(DecideMode mode, const std::string& node, const std::string& nonce) {
+DecideOptions Options(const std::string& node, const std::string& nonce) {
   DecideOptions o;
-  o.mode = mode;
   o.node = node;
   o.nonce = nonce;
   o.sleep = [](int64_t) {};
@@ -41,57 +40,49 @@ std::string Get(ObjectStore* store, const std::string& key) {
   return r.ok() ? *r : "<" + r.status().ToString() + ">";
 }
 
-class DecideOnceModes : public testing::TestWithParam<DecideMode> {};
-
-TEST_P(DecideOnceModes, AloneItDecidesItsOwnBody) {
+TEST(DecideOnce, AloneItDecidesItsOwnBody) {
   MemoryObjectStore store;
-  Result<std::string> got = DecideOnce(&store, kKey, "A", Options(GetParam(), "a", "01"));
+  Result<std::string> got = DecideOnce(&store, kKey, "A", Options("a", "01"));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(*got, "A");
   EXPECT_EQ(Get(&store, kKey), "A");
 }
 
-TEST_P(DecideOnceModes, LaterProposersAdoptTheDecision) {
+TEST(DecideOnce, LaterProposersAdoptTheDecision) {
   MemoryObjectStore store;
-  ASSERT_TRUE(DecideOnce(&store, kKey, "A", Options(GetParam(), "a", "01")).ok());
-  Result<std::string> got = DecideOnce(&store, kKey, "B", Options(GetParam(), "b", "02"));
+  ASSERT_TRUE(DecideOnce(&store, kKey, "A", Options("a", "01")).ok());
+  Result<std::string> got = DecideOnce(&store, kKey, "B", Options("b", "02"));
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(*got, "A");
   EXPECT_EQ(Get(&store, kKey), "A");
 }
 
-TEST_P(DecideOnceModes, StoreErrorsComeBackAndNothingIsDecided) {
+TEST(DecideOnce, StoreErrorsComeBackAndNothingIsDecided) {
   MemoryObjectStore store;
   store.SetUnavailable(true);
-  Result<std::string> got = DecideOnce(&store, kKey, "A", Options(GetParam(), "a", "01"));
+  Result<std::string> got = DecideOnce(&store, kKey, "A", Options("a", "01"));
   EXPECT_EQ(got.status().err(), EHOSTUNREACH);
   store.SetUnavailable(false);
-  got = DecideOnce(&store, kKey, "B", Options(GetParam(), "b", "02"));
+  got = DecideOnce(&store, kKey, "B", Options("b", "02"));
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(*got, "B");
 }
 
-TEST_P(DecideOnceModes, TornBodiesAreReadAgain) {
+TEST(DecideOnce, TornBodiesAreReadAgain) {
   MemoryObjectStore store;
   // A half-written decision, as s3rver's in-place PUT can show for a moment.
   ASSERT_TRUE(store.Put(kKey, "{\"half").ok());
   int reads = 0;
-  DecideOptions o = Options(GetParam(), "b", "02");
+  DecideOptions o = Options("b", "02");
   o.max_rounds = 3;
   o.valid = [&](const std::string& body) {
     reads++;
     return body.size() > 2 && body.back() == '}';
   };
   Result<std::string> got = DecideOnce(&store, kKey, "{\"b\"}", o);
-  // Never adopted. Conditional puts keep reading it until its writer
-  // finishes it (here: never, so they give up); votes decide by their blocks,
-  // and a body nobody voted for is no decision.
-  if (o.mode == DecideMode::kVotes) {
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    EXPECT_EQ(*got, "{\"b\"}");
-  } else {
-    EXPECT_EQ(got.status().err(), ETIMEDOUT) << got.status().ToString();
-  }
+  // Never adopted: it is read until its writer finishes it (here: never,
+  // so the proposer gives up).
+  EXPECT_EQ(got.status().err(), ETIMEDOUT) << got.status().ToString();
   EXPECT_GE(reads, 1);
   ASSERT_TRUE(store.Put(kKey, "{\"a\"}").ok());
   got = DecideOnce(&store, kKey, "{\"c\"}", o);
@@ -101,96 +92,16 @@ TEST_P(DecideOnceModes, TornBodiesAreReadAgain) {
 
 TEST(DecideOnce, RefusesProposalNamesItCannotEncode) {
   MemoryObjectStore store;
-  EXPECT_EQ(DecideOnce(&store, kKey, "A", Options(DecideMode::kVotes, "a~b", "01")).status().err(),
-            EINVAL);
-  EXPECT_EQ(DecideOnce(&store, kKey, "A", Options(DecideMode::kVotes, "a", "")).status().err(),
-            EINVAL);
-  EXPECT_EQ(DecideOnce(&store, "../x", "A", Options(DecideMode::kVotes, "a", "1")).status().err(),
-            EINVAL);
+  EXPECT_EQ(DecideOnce(&store, kKey, "A", Options("a~b", "01")).status().err(), EINVAL);
+  EXPECT_EQ(DecideOnce(&store, kKey, "A", Options("a", "")).status().err(), EINVAL);
+  EXPECT_EQ(DecideOnce(&store, "../x", "A", Options("a", "1")).status().err(), EINVAL);
 }
 
-TEST(DecideOnce, VotesCostAboutSevenRequestsAlone) {
+TEST(DecideOnce, CostsAGetAndAPutAlone) {
   MemoryObjectStore store;
-  ASSERT_TRUE(DecideOnce(&store, kKey, "A", Options(DecideMode::kVotes, "a", "01")).ok());
-  // GET (absent) + proposal PUT + 2 block PUTs + 2 LISTs + decision PUT.
-  EXPECT_EQ(store.get_calls(), 1u);
-  EXPECT_EQ(store.put_calls(), 4u);
-  EXPECT_EQ(store.list_calls(), 2u);
+  ASSERT_TRUE(DecideOnce(&store, kKey, "A", Options("a", "01")).ok());
+  EXPECT_EQ(store.put_calls(), 1u);
 }
-
-// Each request takes 30 ms; counts how many are in flight at once.
-class SlowStore final : public ObjectStore {
- public:
-  size_t most_at_once() const { return most_; }
-  Status Put(const std::string& key, const std::string& data) override {
-    return Slow([&] { return inner_.Put(key, data); });
-  }
-  Status PutIfAbsent(const std::string& key, const std::string& data) override {
-    return Slow([&] { return inner_.PutIfAbsent(key, data); });
-  }
-  Result<std::string> GetRange(const std::string& key, uint64_t offset, uint64_t length) override {
-    Result<std::string> out = std::string();
-    (void)Slow([&] {
-      out = inner_.GetRange(key, offset, length);
-      return Status::Ok();
-    });
-    return out;
-  }
-  Result<std::vector<ObjectInfo>> List(const std::string& prefix) override {
-    Result<std::vector<ObjectInfo>> out = std::vector<ObjectInfo>();
-    (void)Slow([&] {
-      out = inner_.List(prefix);
-      return Status::Ok();
-    });
-    return out;
-  }
-  Result<std::string> BeginMultipart(const std::string&) override { return Unused(); }
-  Result<std::string> UploadPart(const std::string&, const std::string&, int, const std::string&) override {
-    return Unused();
-  }
-  Status CompleteMultipart(const std::string&, const std::string&, const std::vector<std::string>&) override {
-    return Unused();
-  }
-  Status AbortMultipart(const std::string&, const std::string&) override { return Unused(); }
-  Result<ObjectInfo> Head(const std::string&) override { return Unused(); }
-  Status Delete(const std::vector<std::string>&) override { return Unused(); }
-  std::string Describe() const override { return "slow"; }
-
- private:
-  static Status Unused() { return Status::Error(ENOSYS, "not used by DecideOnce"); }
-  Status Slow(const std::function<Status()>& request) {
-    const size_t now = ++in_flight_;
-    size_t seen = most_.load();
-    while (now > seen && !most_.compare_exchange_weak(seen, now)) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    Status st = request();
-    --in_flight_;
-    return st;
-  }
-  MemoryObjectStore inner_;
-  std::atomic<size_t> in_flight_{0};
-  std::atomic<size_t> most_{0};
-};
-
-TEST(DecideOnce, VotesSendTheFirstRoundsIndependentRequestsAtOnce) {
-  // The GET of the decision, the proposal and phase 1's block: one round
-  // trip instead of three, so an uncontended decision takes five.
-  SlowStore store;
-  DecideOptions o = Options(DecideMode::kVotes, "a", "01");
-  ASSERT_TRUE(DecideOnce(&store, kKey, "A", o).ok());
-  EXPECT_EQ(store.most_at_once(), 3u);
-  // A decision already there is still returned as it is.
-  Result<std::string> again = DecideOnce(&store, kKey, "B", Options(DecideMode::kVotes, "b", "02"));
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
-  EXPECT_EQ(*again, "A");
-}
-
-INSTANTIATE_TEST_SUITE_P(Modes, DecideOnceModes,
-                         testing::Values(DecideMode::kVotes, DecideMode::kConditionalPut),
-                         [](const testing::TestParamInfo<DecideMode>& p) {
-                           return p.param == DecideMode::kVotes ? "Votes" : "ConditionalPut";
-                         });
 
 // ---- Property test: random interleavings, crashes and restarts ----
 
@@ -342,7 +253,7 @@ struct Run {
 
 // proposers: 2-5 nodes; some crash after a random request and come back as
 // the same node with a new nonce and a different body.
-Run RunSeed(DecideMode mode, uint64_t seed) {
+Run RunSeed(uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int nodes = std::uniform_int_distribution<int>(2, 5)(rng);
   struct Proposer {
@@ -369,19 +280,9 @@ Run RunSeed(DecideMode mode, uint64_t seed) {
     threads.emplace_back([&, p] {
       store.Enter(p.id, p.crash_after);
       store.Started();
-      DecideOptions o = Options(mode, p.node, p.nonce);
+      DecideOptions o = Options(p.node, p.nonce);
       o.seed = seed + p.id;
       o.sleep = [&](int64_t nanos) { store.Sleep(nanos, o.backoff_ns); };
-      // The first round's independent requests, in an order the seed picks,
-      // on this proposer's thread (the store schedules requests per thread);
-      // other proposers' requests interleave with them as the store decides.
-      std::mt19937_64 order(seed * 31 + p.id);
-      o.run_together = [&order](const std::vector<std::function<void()>>& requests) {
-        std::vector<size_t> idx(requests.size());
-        for (size_t i = 0; i < idx.size(); i++) idx[i] = i;
-        std::shuffle(idx.begin(), idx.end(), order);
-        for (size_t i : idx) requests[i]();
-      };
       Result<std::string> got = DecideOnce(&store, kKey, p.body, o);
       store.Leave();
       std::lock_guard<std::mutex> lock(mu);
@@ -395,10 +296,10 @@ Run RunSeed(DecideMode mode, uint64_t seed) {
   return run;
 }
 
-void CheckAgreement(DecideMode mode, uint64_t first, uint64_t count) {
+void CheckAgreement(uint64_t first, uint64_t count) {
   int decided_runs = 0;
   for (uint64_t seed = first; seed < first + count; seed++) {
-    Run run = RunSeed(mode, seed);
+    Run run = RunSeed(seed);
     std::set<std::string> distinct(run.decided.begin(), run.decided.end());
     distinct.insert(run.puts.begin(), run.puts.end());
     ASSERT_LE(distinct.size(), 1u) << "seed " << seed << ": two outcomes";
@@ -418,34 +319,21 @@ uint64_t EnvOr(const char* name, uint64_t fallback) {
   return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
 }
 
-TEST(DecideOnceProperty, VotesAgreeUnderAnyInterleavingCrashAndRestart) {
-  CheckAgreement(DecideMode::kVotes, EnvOr("CKPTFS_DECIDE_FIRST_SEED", 1),
-                 EnvOr("CKPTFS_DECIDE_SEEDS", 300));
-}
-
 TEST(DecideOnceProperty, ConditionalPutsAgreeUnderAnyInterleavingCrashAndRestart) {
-  CheckAgreement(DecideMode::kConditionalPut, EnvOr("CKPTFS_DECIDE_FIRST_SEED", 1),
-                 EnvOr("CKPTFS_DECIDE_SEEDS", 300));
+  CheckAgreement(EnvOr("CKPTFS_DECIDE_FIRST_SEED", 1), EnvOr("CKPTFS_DECIDE_SEEDS", 300));
 }
 
-// The reason the probe pins the mode: on a store that ignores the
-// condition, conditional puts alone can decide two bodies.
-TEST(DecideOnceProperty, ConditionalPutsOnAStoreThatIgnoresThemCanDisagree) {
+// Why cluster mode refuses a store that ignores the condition (s3rver):
+// there, two proposers can both decide.
+TEST(DecideOnceProperty, OnAStoreThatIgnoresConditionsTwoProposersCanBothWin) {
   MemoryObjectStore store;
   store.IgnoreConditions(true);
-  Result<std::string> a = DecideOnce(&store, kKey, "A", Options(DecideMode::kConditionalPut, "a", "1"));
+  Result<std::string> a = DecideOnce(&store, kKey, "A", Options("a", "1"));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(*a, "A");
   // b's GET ran before a's put landed; its conditional put then overwrites.
   EXPECT_TRUE(store.PutIfAbsent(kKey, "B").ok());
   EXPECT_EQ(Get(&store, kKey), "B");  // while a acts on "A"
-  // Votes on the same store keep one outcome.
-  MemoryObjectStore votes_store;
-  votes_store.IgnoreConditions(true);
-  ASSERT_TRUE(DecideOnce(&votes_store, kKey, "A", Options(DecideMode::kVotes, "a", "1")).ok());
-  Result<std::string> b = DecideOnce(&votes_store, kKey, "B", Options(DecideMode::kVotes, "b", "2"));
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(*b, "A");
 }
 
 }  // namespace

@@ -266,8 +266,9 @@ Status S3ObjectStore::PutObject(const std::string& key, const std::string& data,
   req.bulk_body = true;
   // 412 PreconditionFailed when the key exists (EEXIST, s3_errors.cc); 409
   // ConditionalRequestConflict while another conditional write of the key
-  // is in flight, retried.
-  if (if_absent) req.headers = {{"if-none-match", "*"}};
+  // is in flight, retried. GCS's XML API says it with a generation of 0
+  // ("no live object"); other stores ignore its x-goog- header.
+  if (if_absent) req.headers = {{"if-none-match", "*"}, {"x-goog-if-generation-match", "0"}};
   if (std::optional<BodyDigests> d = Digests(data)) {
     AddChecksumHeaders(*d, &req.headers);
     req.check_answer = AnswerCheck(*d);

@@ -515,6 +515,7 @@ TEST_F(S3FaultTest, ConditionalPutSendsIfNoneMatchAndMapsTheAnswers) {
   const FakeHttpRequest first = server.requests()[0];
   EXPECT_EQ(first.method, "PUT");
   EXPECT_EQ(first.Header("if-none-match"), "*");
+  EXPECT_EQ(first.Header("x-goog-if-generation-match"), "0");  // GCS's way to say it
   // Signed, so a proxy cannot drop the condition unnoticed.
   EXPECT_NE(first.Header("authorization").find("host;if-none-match;"), std::string::npos)
       << first.Header("authorization");

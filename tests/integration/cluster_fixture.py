@@ -2,9 +2,8 @@
 mode, SPEC section 9; docs/cluster.md).
 
 The bucket is on a private Ceph gateway (ceph_fixture.py), the real S3 server whose
-conditional writes the cluster protocol relies on (SPEC section 9 requires them).
-CKPTFS_TEST_S3=s3rver runs the same tests on s3rver instead, which ignores conditional
-writes, so the mounts take the protocol's fallback (decide "votes").
+conditional writes the cluster protocol relies on (SPEC section 9 requires them; a
+mount with --node refuses s3rver, which ignores them: test_cluster_options.py).
 
 Each node is a real mount of the real daemon with its own cache directory and
 `--remote s3://ckpt/<prefix> --s3-endpoint <server> --node <name> --refresh 0.2`.
@@ -36,7 +35,6 @@ import pytest
 import ceph_fixture
 from ckptfs_testlib import (CkptfsMount, _pid_alive, _wait_pid_gone, force_unmount,
                             mounted_in_proc)
-from s3rver_fixture import ACCESS_KEY, SECRET_KEY, S3rver, s3rver_available
 
 REFRESH_S = 0.2
 PREFIX = "team/job"
@@ -50,15 +48,16 @@ class Cluster:
         self.refresh = refresh
         self.nodes = {}              # name -> CkptfsMount, in the order added
 
-    def node_args(self, name, *extra):
+    def node_args(self, name, *extra, endpoint=None):
         return ["--remote", f"s3://{self.server.bucket}/{self.prefix}",
-                "--s3-endpoint", self.server.endpoint,
+                "--s3-endpoint", endpoint or self.server.endpoint,
                 "--node", name, "--refresh", str(self.refresh), *map(str, extra)]
 
-    def add(self, name, *extra):
-        """Mounts node `name` (a new cache) and returns its CkptfsMount."""
+    def add(self, name, *extra, endpoint=None):
+        """Mounts node `name` (a new cache) and returns its CkptfsMount; `endpoint`: the
+        node reaches the bucket there (a fault proxy in front of the server) instead."""
         assert name not in self.nodes, f"node {name} exists"
-        m = CkptfsMount(self.node_args(name, *extra))
+        m = CkptfsMount(self.node_args(name, *extra, endpoint=endpoint))
         self.nodes[name] = m         # registered before start: closed even if start fails
         m.start()
         return m
@@ -119,46 +118,19 @@ class Cluster:
         return left
 
 
-def store_name():
-    """The S3 server the cluster tests run on: "ceph" (the default) or "s3rver"."""
-    return os.environ.get("CKPTFS_TEST_S3", "ceph")
-
-
-def store_available():
-    return ceph_fixture.ceph_available() if store_name() == "ceph" else s3rver_available()
-
-
 def require_store():
-    """Skips the test when the chosen server is not installed (fails it under CI)."""
-    if store_name() not in ("ceph", "s3rver"):
-        pytest.fail(f"CKPTFS_TEST_S3={store_name()!r}: expected 'ceph' or 's3rver'")
-    if not store_available():
-        what = "Ceph (ceph-mon, ceph-osd, radosgw)" if store_name() == "ceph" else "s3rver"
+    """Skips the test when Ceph is not installed (fails it under CI)."""
+    if not ceph_fixture.ceph_available():
+        what = "Ceph (ceph-mon, ceph-osd, radosgw)"
         if os.environ.get("CI"):
             pytest.fail(f"{what} is not installed (packaging/install-deps.sh installs it)")
         pytest.skip(f"{what} is not installed: the cluster tests need it (packaging/install-deps.sh)")
 
 
 def start_store(monkeypatch):
-    """A private server (store_name()) with its credentials in the environment."""
+    """A private Ceph gateway with its credentials in the environment."""
     require_store()
-    if store_name() == "ceph":
-        return start_ceph_gateway(monkeypatch)
-    return start_s3rver(monkeypatch)
-
-
-def start_s3rver(monkeypatch):
-    server = S3rver()
-    try:
-        server.start()
-    except Exception:
-        server.close()
-        raise
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return server
+    return start_ceph_gateway(monkeypatch)
 
 
 def start_ceph_gateway(monkeypatch):

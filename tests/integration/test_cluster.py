@@ -610,6 +610,52 @@ def test_rm_on_one_node_removes_the_step_everywhere_and_from_the_bucket(cluster)
     assert_committed_everywhere(c, "run/step50", Want.of_files(union(by_node)))
 
 
+@pytest.mark.timeout_s(240)
+def test_a_save_of_a_name_being_removed_is_a_new_step_that_stays(cluster):
+    """Issue 28, 4: `rm -rf step9` on node b while its deletions in the bucket are slow
+    (b reaches the bucket through a proxy that stalls each DeleteObjects 4 s), and node a
+    saves step9 again meanwhile. The new save adopted the removed step's decision (its
+    new file dropped as late), `ckptfs commit` said committed, and seconds later step9
+    was gone from every node and the bucket. Now the save waits until the removal is
+    done, commits as a new step, and stays, with its own bytes, everywhere."""
+    from fault_proxy import FaultProxy, Faults
+    c = cluster(1)
+    port = int(c.server.endpoint.rsplit(":", 1)[1])
+    proxy = FaultProxy(port, {}).start()
+    try:
+        b = c.add("b", endpoint=proxy.endpoint)
+        old = {"a": {"model.pt": payload(MiB, 21)}, "b": {"optim.pt": payload(MiB, 22)}}
+        write_split(c, "run/step9", old)
+        r = c["a"].commit("run/step9")
+        assert r.returncode == 0, r.stderr
+        assert_committed_everywhere(c, "run/step9", Want.of_files(union(old)))
+        wait_persisted_everywhere(c, "run/step9")
+        proxy.set_faults({"POST": Faults(stall=1.0, stall_s=4.0)})   # b's DeleteObjects
+        shutil.rmtree(b.path("run/step9"))
+        poll(lambda: (any(k.endswith("step9~r.json") for k in bucket_keys(c, ".ckptfs-index/")), None),
+             VISIBLE_S, "b's tombstone of run/step9 in the index")
+        wait_gone_everywhere(c, "run/step9")
+        assert bucket_keys(c, "run/step9/"), "the removal is still under way"
+        new = {"model.pt": payload(MiB, 31), "extra.pt": payload(MiB // 2, 32)}
+        write_files(c["a"].path("run/step9"), new)
+        t0 = time.monotonic()
+        r = c["a"].commit("run/step9", timeout=60)
+        took = time.monotonic() - t0
+        assert r.returncode == 0, r.stderr
+        assert took > 1.0, f"committed after {took:.2f} s, while b's deletions were stalled"
+        want = Want.of_files(new)
+        assert_committed_everywhere(c, "run/step9", want, latest=False)
+        wait_persisted_everywhere(c, "run/step9")
+        time.sleep(2 * cluster_fixture.REFRESH_S + 1)
+        assert_committed_everywhere(c, "run/step9", want, latest=False)
+        keys = bucket_keys(c, "run/step9/")
+        for name, data in new.items():
+            assert c.server.get(f"{c.prefix}/run/step9/{name}") == data, (name, keys)
+        assert f"{c.prefix}/run/step9/optim.pt" not in keys, keys
+    finally:
+        proxy.close()
+
+
 @pytest.mark.timeout_s(180)
 def test_a_node_nobody_looks_at_learns_the_commit_from_its_watch(cluster):
     """Node b's ranks close their files and go back to training: nothing on b looks

@@ -1,22 +1,33 @@
-"""Cluster mode's mount options and identity (SPEC section 9, issue 17 slice S4).
+"""Cluster mode's mount options and identity (SPEC section 9, issue 17 slice S4, issue 28).
 
-`--node NAME`, `--refresh SECONDS`, `--publish-timeout SECONDS` and `--read-wait SECONDS` on real mounts: bad names and options without
-their companions are refused before anything is mounted; a node joins the cluster in
-its remote (the probe, the decide mode pinned in .ckptfs-cluster.json, the registration
-.ckptfs-nodes/<node>.json) and status.json shows how; a second cache under a taken name
-is refused; a cache stays bound to the node of its first cluster mount.
+`--node NAME`, `--refresh SECONDS`, `--publish-timeout SECONDS` and `--read-wait SECONDS` on
+real mounts: bad names and options without their companions are refused before anything is
+mounted; a node joins the cluster in its remote on the Ceph gateway (the probe, the
+`.ckptfs-cluster.json` saying "conditional-put", the registration .ckptfs-nodes/<node>.json)
+and status.json shows how; a store that ignores conditional writes (s3rver) is refused with
+a message that says why; a second cache under a taken name is refused, also when both mount
+at once; a cache stays bound to the node of its first cluster mount.
 """
 import json
 import os
+import threading
 
 import pytest
 
 from ckptfs_testlib import MountError
 from s3rver_fixture import S3rver, s3rver_available, ACCESS_KEY, SECRET_KEY
 
+pytest_plugins = ["ceph_fixture"]
+
 
 @pytest.fixture
-def s3(monkeypatch):
+def s3(ceph_s3):
+    """The Ceph gateway, a fresh bucket per test."""
+    return ceph_s3
+
+
+@pytest.fixture
+def s3rver(monkeypatch):
     if not s3rver_available():
         if os.environ.get("CI"):
             pytest.fail("s3rver is not installed (packaging/install-deps.sh installs it)")
@@ -72,27 +83,39 @@ def test_cluster_options_need_their_companions(make_ckptfs, tmp_path):
     refused(m, "--read-wait takes")
 
 
-def test_node_joins_on_s3rver_and_status_shows_it(make_ckptfs, s3):
+def test_a_store_that_ignores_conditional_writes_is_refused(make_ckptfs, s3rver):
+    """SPEC section 9: cluster mode needs conditional writes; s3rver 3.7.1 accepts
+    If-None-Match: * and overwrites anyway. The mount probes, refuses and says why; the
+    same store serves a mount without --node."""
+    m = make_ckptfs(*s3_args(s3rver), "--node", "a", start=False)
+    refused(m, "needs an object store that honours conditional writes", "overwrote it anyway",
+            "mount without --node")
+    keys = s3rver.keys("team/exp/")
+    assert not [k for k in keys if ".ckptfs-nodes/" in k or ".ckptfs-cluster" in k], keys
+    single = make_ckptfs(*s3_args(s3rver))
+    assert "cluster" not in single.status()
+
+
+def test_node_joins_and_status_shows_it(make_ckptfs, s3):
     m = make_ckptfs(*s3_args(s3), "--node", "a", "--refresh", "2.5")
     cluster = m.status().get("cluster")
-    # s3rver 3.7.1 accepts If-None-Match: * and overwrites anyway, so the bucket decides by votes.
     requests = cluster.pop("requests")
     assert cluster.pop("closes_published_later") == 0, cluster
-    assert cluster == {"node": "a", "decide": "votes", "conditional_put": "ignored", "refresh_s": 2.5}, cluster
+    assert cluster == {"node": "a", "conditional_put": "supported", "refresh_s": 2.5}, cluster
     # What the node asked of the bucket, by kind; status.json's own lookup may refresh (1 LIST).
     assert set(requests) == {"part_puts", "part_gets", "lists", "index_puts", "index_gets", "decisions",
                              "refreshes", "deletes", "commit_watch_gets", "run_file_puts",
                              "run_file_gets"}, requests
     assert requests["part_puts"] == 0 and requests["decisions"] == 0, requests
     joins = [e for e in m.events() if e.get("event") == "cluster_join"]
-    assert len(joins) == 1 and joins[0]["node"] == "a" and joins[0]["decide"] == "votes", joins
-    assert joins[0]["conditional_put"] == "ignored", joins
+    assert len(joins) == 1 and joins[0]["node"] == "a", joins
+    assert joins[0]["conditional_put"] == "supported", joins
     keys = s3.keys("team/exp/")
     assert "team/exp/.ckptfs-cluster.json" in keys, keys
     assert "team/exp/.ckptfs-nodes/a.json" in keys, keys
     assert not [k for k in keys if ".ckptfs-probe/" in k], keys  # the probe cleans up
     pinned = s3.get("team/exp/.ckptfs-cluster.json")
-    assert pinned == b'{"format":"ckptfs-cluster","version":1,"decide":"votes"}\n', pinned
+    assert pinned == b'{"format":"ckptfs-cluster","version":1,"decide":"conditional-put"}\n', pinned
     reg = json.loads(s3.get("team/exp/.ckptfs-nodes/a.json"))
     assert reg["format"] == "ckptfs-node" and reg["node"] == "a" and len(reg["cache_id"]) == 32, reg
     assert reg["host"] == os.uname().nodename, reg
@@ -128,6 +151,37 @@ def test_a_node_name_belongs_to_one_cache(make_ckptfs, s3):
     assert other.status()["cluster"]["node"] == "gpu-1"
     assert a.status()["cluster"]["node"] == "gpu-0"
     assert json.loads(s3.get("team/exp/.ckptfs-nodes/gpu-0.json")) == reg
+
+
+def test_two_daemons_mounting_one_name_at_once_never_both_come_up(make_ckptfs, s3):
+    """Issue 28, 5: with the registration slowed by the store, two mounts with the same
+    --node both came up (a GET, then a PUT). The registration is a conditional create:
+    of caches mounting one name at the same moment, one mounts and the others are refused."""
+    for attempt in range(3):
+        name = f"gpu-{attempt}"
+        mounts = [make_ckptfs(*s3_args(s3), "--node", name, start=False) for _ in range(3)]
+        outcome = [None] * len(mounts)
+        go = threading.Barrier(len(mounts))
+
+        def start(i):
+            go.wait()
+            try:
+                mounts[i].start()
+                outcome[i] = "mounted"
+            except MountError as e:
+                outcome[i] = str(e)
+
+        threads = [threading.Thread(target=start, args=(i,)) for i in range(len(mounts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert outcome.count("mounted") == 1, outcome
+        for o in outcome:
+            assert o == "mounted" or f"node name '{name}' is used by cache" in o, o
+        for m in mounts:
+            if m.mounted:
+                m.umount()
 
 
 def test_mount_without_node_is_unchanged(make_ckptfs, s3):
