@@ -110,8 +110,11 @@ class CephStartError(RuntimeError):
 
 
 class CephGateway:
-    def __init__(self, bucket="ckpt"):
+    def __init__(self, bucket="ckpt", memstore_bytes=4 << 30):
+        """memstore_bytes: the OSD's `memstore device bytes`, the size it reports (writes
+        stop once it is about 95% full); memory is used only for what is stored."""
         self.bucket = bucket
+        self.memstore_bytes = memstore_bytes
         self.dir = tempfile.mkdtemp(prefix="ckptfs-ceph-", dir="/tmp")
         self.fsid = str(uuid.uuid4())
         self.mon_port = free_port()
@@ -178,8 +181,8 @@ mon warn on insecure global id reclaim allowed = false
 [osd]
 osd objectstore = memstore
 # memstore keeps objects in RAM; this is only the cap the OSD reports as its size.
-memstore device bytes = {4 << 30}
-# CRUSH weight 1 rather than the size in TiB (0.004 for the 4 GiB memstore).
+memstore device bytes = {self.memstore_bytes}
+# CRUSH weight 1 rather than the size in TiB (0.004 for a 4 GiB memstore).
 osd crush initial weight = 1
 public addr = 127.0.0.1
 cluster addr = 127.0.0.1
