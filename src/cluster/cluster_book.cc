@@ -387,8 +387,7 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
   if (!decided.ok()) return decided.status();
   auto record = DecodeClusterStepRecord(*decided);
   if (!record.ok()) return record.status();
-  if (record->proposal != mine.proposal &&
-      ProposalIn(StepIndexKey(mine.step_path, 'r')) == record->proposal) {
+  if (record->proposal != mine.proposal && Tombstoned(mine.step_path, record->proposal)) {
     // The decision there is a removed step's, whose removal (another node's,
     // RemoveFromBucket) has not reached it yet: a save of the name now is a
     // new step, never that one (issue 28, 4: adopting it dropped the new
@@ -479,13 +478,13 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     bool committed = false, persisted = false, removed = false;
   };
   std::map<std::string, Seen> steps;
-  std::vector<ObjectInfo> run_files;
+  std::vector<std::pair<ObjectInfo, std::string>> run_files;  // ~f keys and their paths
   for (const auto& obj : *listed) {
     std::string step;
     char state = 0;
     if (!ParseStepIndexKey(obj.key, &step, &state)) continue;
     if (state == 'f') {
-      run_files.push_back(obj);
+      run_files.emplace_back(obj, step);
       continue;
     }
     Seen& s = steps[step];
@@ -525,12 +524,7 @@ void ClusterBook::RefreshNow(uint64_t seen) {
       if (!body.ok()) continue;
       auto record = DecodeClusterStepRecord(*body);
       if (!record.ok() || record->step_path != step) {
-        events_->Append({{"event", "error"},
-                         {"kind", "cluster_index"},
-                         {"path", step},
-                         {"error", "malformed step record in the index: " +
-                                       (record.ok() ? std::string("another step's")
-                                                    : record.status().message())}});
+        ReportMalformedIndexEntry(step, "step record", record.status());
         continue;
       }
       Status st = port_->ApplyClusterStep(*record);
@@ -564,24 +558,18 @@ void ClusterBook::RefreshNow(uint64_t seen) {
   done();
 }
 
-bool ClusterBook::ApplyRunFileRecords(const std::vector<ObjectInfo>& records) {
+bool ClusterBook::ApplyRunFileRecords(
+    const std::vector<std::pair<ObjectInfo, std::string>>& records) {
   bool changed = false;
-  for (const ObjectInfo& obj : records) {
+  for (const auto& [obj, path] : records) {
     auto seen = run_file_tags_.find(obj.key);
     if (seen != run_file_tags_.end() && !obj.etag.empty() && seen->second == obj.etag) continue;
     counters_.run_file_gets++;
     auto body = store_->GetRange(obj.key, 0, UINT64_MAX);
     if (!body.ok()) continue;  // the next refresh tries again
     auto record = DecodeRunFileRecord(*body);
-    std::string path;
-    char state = 0;
-    if (!record.ok() || !ParseStepIndexKey(obj.key, &path, &state) || record->path != path) {
-      events_->Append({{"event", "error"},
-                       {"kind", "cluster_index"},
-                       {"path", path},
-                       {"error", "malformed run-level file record in the index: " +
-                                     (record.ok() ? std::string("another file's")
-                                                  : record.status().message())}});
+    if (!record.ok() || record->path != path) {
+      ReportMalformedIndexEntry(path, "run-level file record", record.status());
       run_file_tags_[obj.key] = obj.etag;  // not read again until it moves
       continue;
     }
@@ -676,13 +664,8 @@ int64_t ClusterBook::PollCommitWatch() {
         done = true;
         auto record = DecodeClusterStepRecord(*body);
         if (!record.ok() || record->step_path != step) {
-          events_->Append({{"event", "error"},
-                           {"kind", "cluster_index"},
-                           {"path", step},
-                           {"error", "malformed step record in the index: " +
-                                         (record.ok() ? std::string("another step's")
-                                                      : record.status().message())}});
-        } else if (ProposalIn(StepIndexKey(step, 'r')) == record->proposal) {
+          ReportMalformedIndexEntry(step, "step record", record.status());
+        } else if (Tombstoned(step, record->proposal)) {
           // The entry of a step of that name removed before, whose removal
           // has not deleted it yet (RemoveFromBucket): this node's save of
           // the name is a new step, never that one (issue 28, 4).
@@ -730,6 +713,19 @@ void ClusterBook::StepRemoved(const std::string& step_path) {
   removed_.insert(step_path);
   removing_.insert(step_path);
   cv_.notify_all();
+}
+
+void ClusterBook::ReportMalformedIndexEntry(const std::string& path, const char* what,
+                                            const Status& decoded) {
+  events_->Append({{"event", "error"},
+                   {"kind", "cluster_index"},
+                   {"path", path},
+                   {"error", std::string("malformed ") + what + " in the index: " +
+                                 (decoded.ok() ? "it names another path" : decoded.message())}});
+}
+
+bool ClusterBook::Tombstoned(const std::string& step_path, const std::string& proposal) {
+  return ProposalIn(StepIndexKey(step_path, 'r')) == proposal;
 }
 
 std::string ClusterBook::ProposalIn(const std::string& key) {

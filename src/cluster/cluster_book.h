@@ -34,6 +34,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -146,6 +147,12 @@ class ClusterBook : public ClusterHooks {
   Status RemoveFromBucket(const std::string& step_path) EXCLUDES(mu_);
   // The proposal a step index entry's body names ("" when unreadable).
   std::string ProposalIn(const std::string& key);
+  // Whether the step's tombstone (~r) names proposal: that decision is a
+  // removed step's, not yet deleted by its removal. One GET.
+  bool Tombstoned(const std::string& step_path, const std::string& proposal);
+  // The error event for an index entry whose body does not decode (or names
+  // another path than its key).
+  void ReportMalformedIndexEntry(const std::string& path, const char* what, const Status& decoded);
   Result<PartRecord> GetPart(const std::string& step_path, const std::string& node);
   // GetPart of each (step, node), kGatherParallel at a time, in order.
   std::vector<Result<PartRecord>> GetParts(const std::vector<ClusterPort::AwaitedPart>& which);
@@ -231,7 +238,9 @@ class ClusterBook : public ClusterHooks {
 
   // The refresh's part for run-level files: applies the ~f records whose
   // tag moved. Returns true when the namespace changed.
-  bool ApplyRunFileRecords(const std::vector<ObjectInfo>& records) EXCLUDES(mu_);
+  // records: the ~f keys listed, with the path each names.
+  bool ApplyRunFileRecords(const std::vector<std::pair<ObjectInfo, std::string>>& records)
+      EXCLUDES(mu_);
   // PUTs each version queued by RunFileUploaded; failures stay queued.
   void RecordRunFiles(std::map<std::string, RunFileRecord> files) EXCLUDES(mu_);
 };

@@ -403,9 +403,12 @@ Status FileSystem::ApplyClusterPersisted(const std::string& step_path) {
 }
 
 void FileSystemCore::AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) {
-  if (!cluster_ || applying_cluster_removal_ || rec.committer.empty()) return;
-  if (rec.state != StepState::kCommitted) return;
-  cluster_->StepRemoved(inodes_.PathOf(step_ino));
+  if (!cluster_ || rec.committer.empty() || rec.state != StepState::kCommitted) return;
+  const std::string path = inodes_.PathOf(step_ino);
+  // Removed here or by another node: a save of the name again waits for its
+  // commit to upload (cluster_removed_paths_).
+  cluster_removed_paths_.insert(path);
+  if (!applying_cluster_removal_) cluster_->StepRemoved(path);
 }
 
 Status FileSystem::RemoveClusterStep(const std::string& step_path) {

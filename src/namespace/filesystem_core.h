@@ -297,9 +297,6 @@ class FileSystemCore {
   // same answer as of the last RepairUploadQueue, for checks on hot paths.
   bool HoldsStepLocked(const Inode& dir) const REQUIRES(mu_);
   bool IsRunFileLocked(const Inode& inode) const REQUIRES(mu_);
-  // Cluster mode: a committed (or deleting) cluster step, whose removal is
-  // the cluster's (ClusterBook::RemoveFromBucket).
-  bool ClusterSweepsStepLocked(uint64_t step_ino) const REQUIRES(mu_);
   // A queued upload of inode has something to upload: the file exists and
   // is in a step or is a run-level file.
   bool HasUploadLocked(Inode* inode) REQUIRES(mu_);
@@ -443,7 +440,9 @@ class FileSystemCore {
   // may still be deleting objects of the same names (issue 28, 4); its
   // commit comes only once that removal is done (ClusterBook::DecideStep).
   std::set<std::string> cluster_removed_paths_ GUARDED_BY(mu_);
-  // Announces the removal of a committed cluster step (rm, retention).
+  // Announces the removal of a committed cluster step (rm, retention), and
+  // remembers its path in cluster_removed_paths_ (also for a removal another
+  // node announced, applied here).
   void AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) REQUIRES(mu_);
 };
 

@@ -193,7 +193,6 @@ void FileSystemCore::RemoveStepLocked(uint64_t step_ino, const std::string& reas
   if (!step || rec_it == steps_.end()) return;
   const StepRecord rec = rec_it->second;
   const std::string path = inodes_.PathOf(step_ino);
-  if (ClusterSweepsStepLocked(step_ino)) cluster_removed_paths_.insert(path);
   AnnounceClusterRemovalLocked(step_ino, rec);
   const uint64_t run_ino = step->rec.parent;
   const std::string name = step->name;

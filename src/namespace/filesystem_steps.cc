@@ -17,7 +17,6 @@ void FileSystemCore::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) 
   // (committed, incomplete, broken) turns into a deletion.
   if (rec.state == StepState::kWriting || rec.state == StepState::kDeleting) return;
   // The remote copy stops being complete now: its commit object goes first.
-  if (ClusterSweepsStepLocked(step)) cluster_removed_paths_.insert(inodes_.PathOf(step));
   UnpersistStepLocked(step, inodes_.PathOf(step), batch);
   AnnounceClusterRemovalLocked(step, rec);
   steps_.MarkDeleting(step, batch);

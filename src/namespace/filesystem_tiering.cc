@@ -82,13 +82,6 @@ bool FileSystemCore::HoldsStepLocked(const Inode& dir) const {
   return false;
 }
 
-bool FileSystemCore::ClusterSweepsStepLocked(uint64_t step_ino) const {
-  if (!cluster_ || step_ino == 0) return false;
-  auto it = steps_.find(step_ino);
-  return it != steps_.end() && !it->second.committer.empty() &&
-         (it->second.state == StepState::kCommitted || it->second.state == StepState::kDeleting);
-}
-
 bool FileSystemCore::IsRunFileLocked(const Inode& inode) const {
   // Hard-linked files have more than one path, so no natural key.
   return inode.is_reg() && inode.rec.nlink == 1 && ledger_.IsRunDir(inode.rec.parent) &&
