@@ -115,6 +115,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
       cluster_options.cache_id = d->membership_->cache_id;
       cluster_options.conditional_put = ConditionalPutName(d->membership_->probe);
       cluster_options.refresh_ns = options.fs.refresh_ns;
+      cluster_options.job_nodes = options.fs.job_nodes;
       cluster_options.publish_timeout_ns = options.publish_timeout_ns;
       cluster_options.upload_wait_ns = options.read_wait_ns;
       cluster_options.clock = &d->clock_;

@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -69,6 +70,11 @@ const char* const kMountUsage =
     "  --node NAME            this node's name in the cluster sharing --remote (needed):\n"
     "                         1-63 characters from A-Z a-z 0-9 . _ -; the cache is bound\n"
     "                         to it from its first cluster mount\n"
+    "  --nodes N              the job's node count (as torchrun's --nnodes), the same on\n"
+    "                         every node: a step whose format lists no files (Hugging\n"
+    "                         Face, DeepSpeed, Megatron) commits once N nodes have\n"
+    "                         published their parts with nothing open; without it such a\n"
+    "                         step waits (DCP and OLMo-core steps do not need it)\n"
     "  --refresh SECONDS      how old a run directory's view of the other nodes' steps may\n"
     "                         get before a lookup reads the remote again (default 1)\n"
     "  --publish-timeout SECONDS  how long a close, fsync or rename in a step (or the first\n"
@@ -218,9 +224,33 @@ const char* PassthroughName(MountOptions::Passthrough p) {
 
 Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   enum {
-    kCache = 256, kWriterIdleTimeout, kStepPattern, kCommitMarker, kCommitIdle, kCommitWait, kRetentionRule,
-    kRemote, kS3Endpoint, kS3Region, kS3Addressing, kCacheSize, kCacheFullWait, kUploadParallel, kWriterSocket, kLogLevel, kShowFull,
-    kShowLatest, kCommitSettle, kNonEmpty, kMetadataReserve, kNode, kRefresh, kPublishTimeout, kReadWait, kPassthrough,
+    kCache = 256,
+    kWriterIdleTimeout,
+    kStepPattern,
+    kCommitMarker,
+    kCommitIdle,
+    kCommitWait,
+    kRetentionRule,
+    kRemote,
+    kS3Endpoint,
+    kS3Region,
+    kS3Addressing,
+    kCacheSize,
+    kCacheFullWait,
+    kUploadParallel,
+    kWriterSocket,
+    kLogLevel,
+    kShowFull,
+    kShowLatest,
+    kCommitSettle,
+    kNonEmpty,
+    kMetadataReserve,
+    kNode,
+    kNodes,
+    kRefresh,
+    kPublishTimeout,
+    kReadWait,
+    kPassthrough,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -253,6 +283,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"commit-settle", required_argument, nullptr, kCommitSettle},
       {"nonempty", no_argument, nullptr, kNonEmpty},
       {"node", required_argument, nullptr, kNode},
+      {"nodes", required_argument, nullptr, kNodes},
       {"refresh", required_argument, nullptr, kRefresh},
       {"publish-timeout", required_argument, nullptr, kPublishTimeout},
       {"read-wait", required_argument, nullptr, kReadWait},
@@ -412,6 +443,19 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         o.fs.node = optarg;
         break;
       }
+      case kNodes: {
+        // 100,000 is far past any job; a larger number is a typo.
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long n = std::strtoul(optarg, &end, 10);
+        if (optarg[0] < '1' || optarg[0] > '9' || *end != '\0' || errno != 0 || n > 100000) {
+          return Status::Error(
+              EINVAL,
+              std::string("--nodes takes the job's node count, 1 to 100000, not '") + optarg + "'");
+        }
+        o.fs.job_nodes = static_cast<uint32_t>(n);
+        break;
+      }
       case kRefresh: {
         // Above an hour, other nodes' steps would stay unseen too long to be
         // what anyone means.
@@ -482,6 +526,10 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   }
   if (!o.fs.node.empty() && o.remote.url.empty()) {
     return Status::Error(EINVAL, "--node needs --remote: the bucket is what the nodes share");
+  }
+  if (o.fs.job_nodes > 0 && o.fs.node.empty()) {
+    return Status::Error(
+        EINVAL, "--nodes needs --node: it gives the size of the job whose nodes share --remote");
   }
   if (refresh_given && o.fs.node.empty()) {
     return Status::Error(EINVAL, "--refresh needs --node: it says how often a cluster node looks for the "

@@ -162,6 +162,12 @@ TEST(MountOptionsTest, NodeAndRefreshForClusterMode) {
   auto read = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--read-wait", "2.5"});
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   EXPECT_EQ(read->read_wait_ns, 2'500'000'000);
+
+  EXPECT_EQ(def->fs.job_nodes, 0u);
+  auto nodes =
+      ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--nodes", "1000"});
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  EXPECT_EQ(nodes->fs.job_nodes, 1000u);
 }
 
 TEST(MountOptionsTest, BadClusterOptionsAreRefused) {
@@ -184,6 +190,18 @@ TEST(MountOptionsTest, BadClusterOptionsAreRefused) {
     auto r = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--refresh", bad});
     EXPECT_EQ(r.err(), EINVAL) << bad;
     EXPECT_NE(r.status().message().find("--refresh takes"), std::string::npos) << r.status().message();
+  }
+
+  auto lone_nodes = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--nodes", "4"});
+  EXPECT_EQ(lone_nodes.err(), EINVAL);
+  EXPECT_NE(lone_nodes.status().message().find("--nodes needs --node"), std::string::npos)
+      << lone_nodes.status().message();
+  for (const char* bad :
+       {"0", "-2", "100001", "4.5", "04", "+4", "four", "", "4 ", "99999999999999999999"}) {
+    auto r = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--nodes", bad});
+    EXPECT_EQ(r.err(), EINVAL) << bad;
+    EXPECT_NE(r.status().message().find("--nodes takes the job's node count"), std::string::npos)
+        << r.status().message();
   }
 
   auto lone_wait = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--publish-timeout", "5"});

@@ -54,6 +54,7 @@ struct ClusterBookOptions {
   std::string node;                             // --node
   std::string cache_id;                         // the cache's identity, in part records
   int64_t refresh_ns = 1'000'000'000;           // --refresh
+  uint32_t job_nodes = 0;                       // --nodes (0 = not given), for status.json
   int64_t publish_timeout_ns = 60'000'000'000;  // a close waits at most this for the bucket
   int64_t upload_wait_ns =
       600'000'000'000;  // a read of another node's file waits at most this (--read-wait)
@@ -83,6 +84,10 @@ class ClusterBook : public ClusterHooks {
   void Stop();
   // One pass of the background work, on the calling thread.
   void RunOnceForTest();
+  // What a restarted daemon owes the cluster (parts to sync and put again),
+  // queued for the background work. Start calls it; tests that drive
+  // RunOnceForTest call it themselves.
+  void QueueRestartWork() EXCLUDES(mu_);
 
   // ClusterHooks.
   const std::string& node() const override { return options_.node; }
@@ -181,6 +186,10 @@ class ClusterBook : public ClusterHooks {
   std::map<std::string, Publication> publications_ GUARDED_BY(mu_);
   uint64_t last_seq_ GUARDED_BY(mu_) = 0;
   std::set<std::string> republish_ GUARDED_BY(mu_);
+  // Steps whose part was put quiet but not durable: synced (SyncPart) and
+  // put again by the book's thread; failed syncs retry a second later.
+  std::set<std::string> to_sync_ GUARDED_BY(mu_);
+  std::set<std::string> sync_retry_;  // the book's thread only
   std::set<std::string> persisted_ GUARDED_BY(mu_);
   std::set<std::string> removed_ GUARDED_BY(mu_);   // to remove from the bucket
   std::set<std::string> removing_ GUARDED_BY(mu_);  // removed here, until the bucket says so
@@ -213,6 +222,14 @@ class ClusterBook : public ClusterHooks {
   std::map<std::string, CommitWatch> commit_watch_ GUARDED_BY(mu_);
   bool commit_watch_changed_ GUARDED_BY(mu_) = false;
   int64_t next_commit_watch_ = 0;  // the book's thread only: when PollCommitWatch is next due
+  // GatherParts' parts of each step not yet decided here, with the tag each
+  // was listed with: a gather reads only the parts that moved.
+  struct GatheredPart {
+    std::string tag;
+    PartRecord part;
+  };
+  static constexpr size_t kGatheredStepsMax = 64;
+  std::map<std::string, std::map<std::string, GatheredPart>> gathered_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   bool thread_running_ GUARDED_BY(mu_) = false;
   bool refresh_requested_ GUARDED_BY(mu_) = false;

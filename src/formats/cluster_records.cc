@@ -445,6 +445,10 @@ Status ValidatePartRecord(const PartRecord& r) {
   if (!r.staged_as.empty()) CKPTFS_RETURN_IF_ERROR(CheckPath(k, "staged_as", r.staged_as));
   CKPTFS_RETURN_IF_ERROR(CheckTime(k, "published_at", r.published_at));
   CKPTFS_RETURN_IF_ERROR(CheckTime(k, "last_activity", r.last_activity));
+  if (r.synced && r.open_writers > 0) {
+    return Bad(k, "synced",
+               "is true in a record with " + std::to_string(r.open_writers) + " open writer(s)");
+  }
   if (r.chunk_size != 0 && (r.chunk_size < kMinChecksumChunk || r.chunk_size > kMaxChecksumChunk)) {
     return Bad(k, "chunk_size",
                std::to_string(r.chunk_size) + " is neither 0 nor within [" +
@@ -505,6 +509,7 @@ std::string EncodePartRecord(const PartRecord& r) {
       {"symlinks", Symlinks(r.symlinks)},
       {"chunk_size", r.chunk_size},
       {"all_uploaded", r.all_uploaded},
+      {"synced", r.synced},
   };
   return Dump(j);
 }
@@ -526,6 +531,7 @@ Result<PartRecord> DecodePartRecord(const std::string& json) {
     CKPTFS_RETURN_IF_ERROR(top.Seconds("last_activity", &r.last_activity));
     CKPTFS_RETURN_IF_ERROR(top.Uint("chunk_size", UINT64_MAX, &r.chunk_size));
     CKPTFS_RETURN_IF_ERROR(top.Bool("all_uploaded", &r.all_uploaded));
+    CKPTFS_RETURN_IF_ERROR(top.Bool("synced", &r.synced));
     const Json* files;
     CKPTFS_RETURN_IF_ERROR(top.Array("files", kMaxRecordEntries, &files));
     r.files.reserve(files->size());

@@ -82,6 +82,11 @@ struct PartRecord {
   // within [kMinChecksumChunk, kMaxChecksumChunk] (common/crc32c_chunks.h).
   uint64_t chunk_size = 0;
   bool all_uploaded = false;  // requires every file uploaded
+  // Every file of the part not yet uploaded, and its name, is durable on the
+  // node's disk (fsynced, with the node's manifest), as it is named here:
+  // the committing node commits nothing that a power loss there could undo
+  // (SPEC section 9, "committed means durable"). Requires open_writers 0.
+  bool synced = false;
   bool operator==(const PartRecord&) const = default;
 };
 

@@ -136,6 +136,7 @@ TEST(ClusterRecordPart, EncodingIsCanonical) {
   tiny.last_activity = 2;
   tiny.files = {{"f", 3, 0644, 4, 0xabcdef01, true, {}}};
   tiny.all_uploaded = true;
+  tiny.synced = true;
   EXPECT_EQ(
       EncodePartRecord(tiny),
       "{\"format\":\"ckptfs-part\",\"version\":1,\"node\":\"n1\",\"cache_id\":\"c\",\"step_path\":"
@@ -143,7 +144,7 @@ TEST(ClusterRecordPart, EncodingIsCanonical) {
       "\"seq\":1,\"staged_as\":\"\",\"published_at\":1.5,\"open_writers\":0,\"last_activity\":2.0,"
       "\"files\":[{\"path\":\"f\",\"size\":3,\"mode\":420,\"mtime_ns\":4,\"crc32c\":\"abcdef01\","
       "\"uploaded\":true,\"chunks\":[]}],\"dirs\":[],\"symlinks\":[],\"chunk_size\":0,\"all_"
-      "uploaded\":true}\n");
+      "uploaded\":true,\"synced\":true}\n");
 }
 
 TEST(ClusterRecordPart, AcceptsWhatReadersMayIgnoreOrReorder) {
@@ -249,6 +250,13 @@ TEST(ClusterRecordPart, RefusesBadCrcsAndChunks) {
                 "files[0].crc32c", "null for an uploaded file");
   ExpectRefused(DecodeEditedPart([](json& j) { j["all_uploaded"] = true; }), "files[1].uploaded",
                 "all_uploaded is true");
+  // Durable as named cannot hold while files are still being written.
+  ExpectRefused(DecodeEditedPart([](json& j) {
+                  j["open_writers"] = 2;
+                  j["synced"] = true;
+                }),
+                "synced", "2 open writer(s)");
+  ExpectRefused(DecodeEditedPart([](json& j) { j.erase("synced"); }), "synced");
 }
 
 TEST(ClusterRecordPart, RefusesPathsOutsideTheStep) {

@@ -21,6 +21,33 @@ constexpr int64_t kClusterPollNs = 100'000'000;
 // of each part, so the burst is bounded (5 more gathers per wait).
 constexpr int64_t kOpenWritersFirstPollNs = 5'000'000;
 
+// Cluster mode, a step whose format lists no files (Hugging Face,
+// DeepSpeed, Megatron, unknown): nothing says which files make it whole,
+// so it commits only once every node of the job has published its part
+// with nothing open (SPEC section 9). GatherCluster already refused parts
+// with open files; this counts the nodes. EAGAIN with the reason while
+// nodes are missing; ENODATA when the job's size is unknown (no --nodes).
+Status CheckJobNodes(const CommitPort::CommitPlan& plan) {
+  std::vector<std::string> nodes;
+  for (const auto& p : plan.other_parts) nodes.push_back(p.node);
+  std::sort(nodes.begin(), nodes.end());
+  if (plan.job_nodes == 0) {
+    return Status::Error(
+        ENODATA,
+        "this step's format lists no files, so in cluster mode it commits only once every "
+        "node of the job has published its part: mount every node with --nodes N (the "
+        "job's node count), or commit it with `ckptfs commit` once the save is done");
+  }
+  const size_t have = nodes.size() + 1;  // with this node's own part
+  if (have >= plan.job_nodes) return Status::Ok();
+  std::string named = "this node";
+  for (const auto& n : nodes) named += ", " + n;
+  return Status::Error(EAGAIN, "waiting for the parts of " + std::to_string(plan.job_nodes - have) +
+                                   " more node(s): " + std::to_string(have) + " of --nodes " +
+                                   std::to_string(plan.job_nodes) + " published (" + named +
+                                   "); this step's format lists no files");
+}
+
 // The step's files as the completeness check sees them: sizes from the
 // plan, contents read from the backing files; in cluster mode, other nodes'
 // files with sizes from their part records, contents read from the bucket.
@@ -296,6 +323,16 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   if (plan->nested_only && !check.lists_every_file) {
     steps_->DropCommitRequest(step_ino);
     return;
+  }
+  if (plan->cluster && !check.lists_every_file && !plan->explicit_commit) {
+    if (Status members = CheckJobNodes(*plan); !members.ok()) {
+      steps_->AbortCommit(step_ino, members, /*waiting=*/true, /*broken=*/false);
+      // Other nodes' publications do not reach this node: ask again (a LIST
+      // of the parts, GETs only of those that moved). Without --nodes the
+      // step waits for an explicit commit or a trigger after a remount.
+      if (members.err() == EAGAIN) RequestAfter(step_ino, kClusterPollNs);
+      return;
+    }
   }
   // Nothing lists this step's files: wait until it is quiet, so a rank that
   // writes its file just after rank 0's marker is still part of the step.

@@ -150,6 +150,7 @@ TEST_F(CommitCoordinatorTest, AFailedCommitBatchIsAbortedAsAnError) {
 TEST_F(CommitCoordinatorTest, AClusterDecisionNotMadeWaitsAndAsksAgain) {
   CommitPort::CommitPlan plan = UnlistedStep(/*quiet_ns=*/3 * kSecond);
   plan.cluster = true;
+  plan.job_nodes = 1;
   port_.begins.push_back(plan);
   port_.decide_result = Status::Error(EIO, "the bucket did not answer");
   Run();
@@ -165,6 +166,60 @@ TEST_F(CommitCoordinatorTest, AClusterDecisionNotMadeWaitsAndAsksAgain) {
   clock_.Advance(kSecond / 10);
   coordinator_->DrainForTest();
   EXPECT_EQ(port_.begin_calls, 2);
+  EXPECT_EQ(port_.finished.size(), 1u);
+}
+
+// SPEC section 9: a step whose format lists no files commits for the
+// cluster only once every node of the job (--nodes) has published its part
+// with nothing open; without --nodes it waits and says so.
+TEST_F(CommitCoordinatorTest, AnUnlistedClusterStepWaitsForEveryNodeOfTheJob) {
+  CommitPort::CommitPlan plan = UnlistedStep(/*quiet_ns=*/3 * kSecond);
+  plan.cluster = true;
+  plan.job_nodes = 3;
+  PartRecord b;
+  b.node = "b";
+  plan.other_parts.push_back(b);
+  port_.begins.push_back(plan);
+  Run();
+  ASSERT_EQ(port_.aborts.size(), 1u);
+  EXPECT_EQ(port_.aborts[0].why.err(), EAGAIN);
+  EXPECT_TRUE(port_.aborts[0].waiting);
+  EXPECT_FALSE(port_.aborts[0].broken);
+  EXPECT_NE(
+      port_.aborts[0].why.message().find("1 more node(s): 2 of --nodes 3 published (this node, b)"),
+      std::string::npos)
+      << port_.aborts[0].why.ToString();
+  EXPECT_TRUE(port_.finished.empty());
+  // Asked again by the coordinator itself (other nodes' closes never reach
+  // this one); the third node's part is there now.
+  PartRecord c;
+  c.node = "c";
+  plan.other_parts.push_back(c);
+  port_.begins.push_back(plan);
+  clock_.Advance(kSecond / 10);
+  coordinator_->DrainForTest();
+  EXPECT_EQ(port_.begin_calls, 2);
+  EXPECT_EQ(port_.aborts.size(), 1u);
+  EXPECT_EQ(port_.finished.size(), 1u);
+}
+
+TEST_F(CommitCoordinatorTest, AnUnlistedClusterStepWithoutTheJobSizeWaitsNamingTheOption) {
+  CommitPort::CommitPlan plan = UnlistedStep(/*quiet_ns=*/3 * kSecond);
+  plan.cluster = true;
+  port_.begins.push_back(plan);
+  Run();
+  ASSERT_EQ(port_.aborts.size(), 1u);
+  EXPECT_TRUE(port_.aborts[0].waiting);
+  EXPECT_NE(port_.aborts[0].why.message().find("--nodes N"), std::string::npos)
+      << port_.aborts[0].why.ToString();
+  // Not asked again on its own: polling would not change the answer.
+  clock_.Advance(10 * kSecond);
+  coordinator_->DrainForTest();
+  EXPECT_EQ(port_.begin_calls, 1);
+  // The user's word commits it all the same (SPEC section 3).
+  plan.explicit_commit = true;
+  port_.begins.push_back(plan);
+  Run();
   EXPECT_EQ(port_.finished.size(), 1u);
 }
 

@@ -22,6 +22,18 @@ class ClusterPort {
   // what its uploads recorded. The caller fills node, cache_id, seq and
   // published_at. ENOENT: no such step here.
   virtual Result<PartRecord> PartSnapshot(const std::string& step_path) = 0;
+  // Makes this node's part of the step durable as it is now: its files not
+  // yet uploaded are fsynced, then the manifest that names them. Answers
+  // whether the part is synced now (false: a file is open for writing, or
+  // the part changed while it synced; the next quiet publication asks
+  // again). ENOENT: no such step here.
+  virtual Result<bool> SyncPart(const std::string& step_path) = 0;
+  // At start: the steps not yet committed whose part here has files that
+  // are neither uploaded nor durable, when the daemon restarted in the same
+  // boot (a kill -9: the bytes are intact, only their sync may not have
+  // happened). Empty after a machine restart: those files may be torn, so
+  // their parts stay not durable and the step cannot commit with them.
+  virtual std::vector<std::string> PartsToResync() = 0;
 
   // What this node knows of each step, by path, for a refresh to skip the
   // steps it has already applied.

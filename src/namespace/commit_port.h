@@ -70,6 +70,9 @@ class CommitPort {
     // with the one record of the step (this node's proposal or another's),
     // which FinishCommit applies.
     bool cluster = false;
+    // The job's node count (--nodes; 0 = not given): a step whose format
+    // lists no files waits for that many nodes' parts.
+    uint32_t job_nodes = 0;
     std::vector<PartRecord> other_parts;
     std::optional<ClusterStepRecord> decided;
   };

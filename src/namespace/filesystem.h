@@ -223,6 +223,8 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   void SetClusterHooks(ClusterHooks* hooks);
   // ClusterPort: see cluster_port.h.
   Result<PartRecord> PartSnapshot(const std::string& step_path) override;
+  Result<bool> SyncPart(const std::string& step_path) override;
+  std::vector<std::string> PartsToResync() override;
   std::map<std::string, StepView> StepViews() override;
   Status ApplyClusterStep(const ClusterStepRecord& record) override;
   Status ApplyClusterPersisted(const std::string& step_path) override;

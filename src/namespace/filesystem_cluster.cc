@@ -95,10 +95,12 @@ int64_t FileSystem::CommitPendingSinceNs() {
 
 std::string FileSystemCore::FirstWriterPublicationLocked(uint64_t ino) {
   if (!cluster_) return "";
-  Inode* inode = inodes_.Find(ino);
-  if (!inode || inode->unflushed_writers != 1) return "";
   const std::string step_path = ClusterStepOfLocked(ino);
   if (step_path.empty()) return "";
+  // Every open for writing may change bytes SyncPart made durable.
+  cluster_writer_opens_[step_path]++;
+  Inode* inode = inodes_.Find(ino);
+  if (!inode || inode->unflushed_writers != 1) return "";
   uint64_t dir_ino = steps_.StepOf(inodes_, ino);
   if (dir_ino == 0) dir_ino = StagingDirOfLocked(step_path);
   Inode* dir = dir_ino ? inodes_.Find(dir_ino) : nullptr;
@@ -136,7 +138,7 @@ PartRecord::File FileSystemCore::PartFileLocked(const Inode& file, const std::st
   return f;
 }
 
-void FileSystemCore::CollectPartLocked(Inode* dir, PartRecord* part) {
+void FileSystemCore::CollectPartLocked(Inode* dir, PartRecord* part, std::vector<uint64_t>* inos) {
   inodes_.WalkBelow(dir, [&](Inode* child, const std::string& rel) REQUIRES(mu_) {
     if (child->is_dir()) {
       part->dirs.push_back(rel);
@@ -157,6 +159,7 @@ void FileSystemCore::CollectPartLocked(Inode* dir, PartRecord* part) {
           f.chunks = o.chunk_crcs;
         }
       }
+      if (inos && !current) inos->push_back(child->rec.ino);
       part->files.push_back(std::move(f));
     }
     return true;
@@ -169,6 +172,11 @@ Result<PartRecord> FileSystem::PartSnapshot(const std::string& step_path) {
 }
 
 Result<PartRecord> FileSystemCore::PartSnapshotLocked(const std::string& step_path) {
+  return PartSnapshotLocked(step_path, nullptr);
+}
+
+Result<PartRecord> FileSystemCore::PartSnapshotLocked(const std::string& step_path,
+                                                      std::vector<uint64_t>* inos) {
   const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
   auto it = steps_.find(step);
   Inode* dir = step ? inodes_.Find(step) : nullptr;
@@ -176,14 +184,14 @@ Result<PartRecord> FileSystemCore::PartSnapshotLocked(const std::string& step_pa
   if ((it == steps_.end() || !dir) && staging == 0) return Status::Error(ENOENT, step_path + " is not a step here");
   PartRecord part;
   part.step_path = step_path;
-  if (it != steps_.end() && dir) CollectPartLocked(dir, &part);
+  if (it != steps_.end() && dir) CollectPartLocked(dir, &part, inos);
   if (staging != 0) {
     // Files still in the staging directory: this node's part all the same,
     // marked as staged until the node renames the directory into the step.
     PartRecord staged;
     staged.step_path = step_path;
     Inode* staging_dir = inodes_.Find(staging);
-    CollectPartLocked(staging_dir, &staged);
+    CollectPartLocked(staging_dir, &staged, inos);
     std::set<std::string> have;
     for (const auto& f : part.files) have.insert(f.path);
     for (auto& f : staged.files) {
@@ -211,7 +219,91 @@ Result<PartRecord> FileSystemCore::PartSnapshotLocked(const std::string& step_pa
   const StepRuntime* rt = steps_.FindRuntime(step);
   const int64_t idle_ns = rt && rt->last_activity > 0 ? clock_->MonotonicNanos() - rt->last_activity : 0;
   part.last_activity = std::max(0.0, static_cast<double>(TimespecToNanos(clock_->Now()) - idle_ns) / 1e9);
+  // A committed step's files were made durable before its commit (by this
+  // node's commit, or by SyncPart before another node's).
+  const bool committed = it != steps_.end() && it->second.state == StepState::kCommitted;
+  part.synced = part.open_writers == 0 && (committed || PartDurableLocked(part));
   return part;
+}
+
+namespace {
+
+// What a power loss could undo in a part: its files' names, sizes, modes
+// and mtimes, its directories and links (not what uploads recorded).
+std::string PartShape(const PartRecord& part) {
+  std::string shape;
+  for (const auto& f : part.files) {
+    shape += f.path + '\0' + std::to_string(f.size) + '\0' + std::to_string(f.mode) + '\0' +
+             std::to_string(f.mtime_ns) + '\n';
+  }
+  for (const auto& d : part.dirs) shape += d + "/\n";
+  for (const auto& l : part.symlinks) shape += l.path + " -> " + l.target + '\n';
+  return shape + part.staged_as;
+}
+
+}  // namespace
+
+bool FileSystemCore::PartDurableLocked(const PartRecord& part) {
+  // Nothing here but files already in the bucket: durable there.
+  if (std::all_of(part.files.begin(), part.files.end(), [](const auto& f) { return f.uploaded; })) {
+    return true;
+  }
+  auto it = cluster_durable_.find(part.step_path);
+  if (it == cluster_durable_.end()) return false;
+  auto opens = cluster_writer_opens_.find(part.step_path);
+  const uint64_t now = opens == cluster_writer_opens_.end() ? 0 : opens->second;
+  return it->second.writer_opens == now && it->second.shape == PartShape(part);
+}
+
+std::vector<std::string> FileSystem::PartsToResync() {
+  MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  if (!recovered_same_boot_) return out;
+  for (const auto& [ino, rec] : steps_) {
+    if (rec.state != StepState::kWriting && rec.state != StepState::kIncomplete) continue;
+    const std::string path = inodes_.PathOf(ino);
+    auto part = PartSnapshotLocked(path);
+    if (part.ok() && !part->synced &&
+        std::any_of(part->files.begin(), part->files.end(),
+                    [](const auto& f) { return !f.uploaded; })) {
+      out.push_back(path);
+    }
+  }
+  return out;
+}
+
+Result<bool> FileSystem::SyncPart(const std::string& step_path) {
+  std::vector<uint64_t> inos;
+  DurablePart before;
+  {
+    MutexLock lock(&mu_);
+    auto part = PartSnapshotLocked(step_path, &inos);
+    if (!part.ok()) return part.status();
+    if (part->synced || part->open_writers > 0) return part->synced;
+    before.shape = PartShape(*part);
+    before.writer_opens = cluster_writer_opens_[step_path];
+  }
+  // The bytes (one syncfs of the cache filesystem for many files, as a
+  // commit does), the backing directory, then the names: a synced manifest
+  // write makes every earlier one durable.
+  uint64_t failed_ino = 0;
+  CKPTFS_RETURN_IF_ERROR(
+      data_->SyncFiles(inos, &failed_ino).Annotate("fsync of this node's part of " + step_path));
+  CKPTFS_RETURN_IF_ERROR(data_->SyncDir().Annotate("fsync of the data directory"));
+  MutexLock lock(&mu_);
+  Transaction txn = BeginLocked();
+  txn.batch()->Put(KeySpace::kMeta, "fsyncdir_seq", std::to_string(++fsyncdir_seq_));
+  CKPTFS_RETURN_IF_ERROR(txn.WriteSynced().Annotate("syncing the manifest"));
+  // Steps that are no longer written here need no entry.
+  for (auto it = cluster_durable_.begin(); it != cluster_durable_.end();) {
+    it = it->first != step_path && !cluster_writer_opens_.count(it->first)
+             ? cluster_durable_.erase(it)
+             : std::next(it);
+  }
+  if (cluster_writer_opens_[step_path] != before.writer_opens) return false;  // opened meanwhile
+  cluster_durable_[step_path] = std::move(before);
+  auto now = PartSnapshotLocked(step_path);
+  return now.ok() && now->synced;
 }
 
 std::map<std::string, ClusterPort::StepView> FileSystem::StepViews() {
@@ -231,6 +323,9 @@ Status FileSystemCore::ApplyClusterRecordLocked(uint64_t step_ino, const Cluster
                                                 std::vector<uint64_t>* sealed) {
   Inode* dir = inodes_.Find(step_ino);
   if (!dir) return Status::Error(ENOENT, record.step_path + " vanished");
+  // Committed: its files are sealed here, nothing of the part changes now.
+  cluster_writer_opens_.erase(record.step_path);
+  cluster_durable_.erase(record.step_path);
   const std::string me = cluster_ ? cluster_->node() : options_.node;
   std::vector<std::pair<std::string, uint64_t>> local;
   CollectFilesLocked(dir, &local);
@@ -533,6 +628,15 @@ Status FileSystem::GatherCluster(CommitPlan* plan) {
       // behind (PublishClose), which the coordinator asks again for soon.
       return Status::Error(EBUSY, "waiting for " + std::to_string(p.open_writers) +
                                        " file(s) open for writing on node " + p.node);
+    }
+    const bool local_files = std::any_of(p.files.begin(), p.files.end(),
+                                         [](const PartRecord::File& f) { return !f.uploaded; });
+    if (local_files && !p.synced) {
+      // Committed means durable on every node (SPEC section 9): node p
+      // fsyncs its files once they are all closed, then puts its part
+      // again, within milliseconds when its trainer fsynced them already.
+      return Status::Error(EBUSY,
+                           "waiting for node " + p.node + " to make its files durable (fsync)");
     }
     newest_activity = std::max(newest_activity, p.last_activity);
     plan->other_parts.push_back(std::move(p));

@@ -236,7 +236,13 @@ class FileSystemCore {
   // directory ("" when under neither).
   std::string PathInStepLocked(uint64_t ino, const std::string& step_path) REQUIRES(mu_);
   Result<PartRecord> PartSnapshotLocked(const std::string& step_path) REQUIRES(mu_);
-  void CollectPartLocked(Inode* dir, PartRecord* part) REQUIRES(mu_);
+  // inos, when given, gets the inode of each file collected.
+  void CollectPartLocked(Inode* dir, PartRecord* part, std::vector<uint64_t>* inos = nullptr)
+      REQUIRES(mu_);
+  // PartSnapshotLocked, with the inode of each of its files not yet
+  // uploaded in inos when given (SyncPart's files to make durable).
+  Result<PartRecord> PartSnapshotLocked(const std::string& step_path, std::vector<uint64_t>* inos)
+      REQUIRES(mu_);
   // The materialiser (filesystem_materialize.cc): a committed step's tree
   // built from a record, by import and cluster apply alike. The directories
   // of rel below base, made where missing (EIO for a file in the way or an
@@ -422,6 +428,24 @@ class FileSystemCore {
   // Cluster mode: steps this node published a part of, with when it last
   // did, until they leave `writing` (CommitPendingSinceNs).
   std::map<uint64_t, int64_t> cluster_published_ GUARDED_BY(mu_);
+  // Cluster mode, "committed means durable" (SPEC section 9): another node
+  // commits this node's files, so its part says whether they are on disk.
+  // Per step path: how many opens for writing the step has had here, and
+  // the part as SyncPart last made it durable (its shape, PartShape) with
+  // that count then. PartSnapshot calls the part synced while both hold:
+  // every change of a file's bytes needs an open, and every other change
+  // (rename, unlink) changes the shape.
+  struct DurablePart {
+    uint64_t writer_opens = 0;
+    std::string shape;
+  };
+  std::map<std::string, uint64_t> cluster_writer_opens_ GUARDED_BY(mu_);
+  std::map<std::string, DurablePart> cluster_durable_ GUARDED_BY(mu_);
+  // Recovery found the machine's boot unchanged (only the daemon died):
+  // files of steps not yet committed are intact in the kernel's cache, so
+  // their parts may be synced and put again (PartsToResync).
+  bool recovered_same_boot_ GUARDED_BY(mu_) = false;
+  bool PartDurableLocked(const PartRecord& part) REQUIRES(mu_);
 
   // Remote tier state (filesystem_tiering.cc).
   TierHooks* tier_ = nullptr;

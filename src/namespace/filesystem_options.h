@@ -65,6 +65,10 @@ struct FileSystemOptions {
   // listing reads the remote again (--refresh).
   std::string node;
   int64_t refresh_ns = 1'000'000'000;
+  // The job's node count (--nodes, as torchrun's --nnodes; 0 = not given).
+  // A step whose format lists no files commits for the cluster only once
+  // this many nodes have published their parts with nothing open.
+  uint32_t job_nodes = 0;
   // Maps a process id to a session identity (pid and start time), so that a
   // restarted trainer is a new session; the daemon's reads /proc. Unset: the
   // pid itself is the session.

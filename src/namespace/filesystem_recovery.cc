@@ -84,6 +84,7 @@ Status FileSystemCore::RecoverLocked() {
   if (!last_boot.ok()) return last_boot.status();
   const bool same_boot = !options_.boot_id.empty() && last_boot->has_value() && **last_boot == options_.boot_id;
   if (!options_.boot_id.empty()) txn.batch()->Put(KeySpace::kMeta, kBootIdKey, options_.boot_id);
+  recovered_same_boot_ = same_boot;
   if (!inodes_.Find(kRootIno)) {
     // A new cache: the root directory, owned by whoever mounts.
     auto root = std::make_unique<Inode>();

@@ -315,6 +315,7 @@ Result<FileSystem::CommitPlan> FileSystem::BeginCommit(uint64_t step_ino) {
   plan.began_ns = clock_->MonotonicNanos();
   plan.quiet_ns = plan.began_ns - rt.last_activity;
   plan.settle_ns = options_.commit_settle_ns;
+  plan.job_nodes = options_.job_nodes;
   std::vector<std::pair<std::string, uint64_t>> files;
   CollectFilesLocked(dir, &files);
   for (auto& [path, ino] : files) {

@@ -348,7 +348,7 @@ def test_a_rank_still_writing_on_another_node_holds_the_commit(cluster):
     committed the step with its own files after the settle; b's later write and close
     returned 0 and the file was gone. Now b's open is in its part before open()
     returns, so the commit waits for the close and holds b's file."""
-    c = cluster(2)
+    c = cluster(2, "--nodes", 2)
     rel = "run/global_step10"
     for name in c.nodes:
         os.makedirs(c[name].path(rel), exist_ok=True)
@@ -367,6 +367,44 @@ def test_a_rank_still_writing_on_another_node_holds_the_commit(cluster):
     assert_committed_everywhere(c, rel, Want.of_files({**a_files, b_name: b_data}), latest=False)
 
 
+@pytest.mark.timeout_s(240)
+def test_a_step_that_lists_no_files_waits_for_every_node_of_the_job(cluster):
+    """Issue 28, 1 (SPEC section 9: a step whose format lists no files commits only once
+    every node of the job has published its part with nothing open). Hugging Face's
+    order on 2 nodes: rank 0 on node a saves the model and `trainer_state.json` (the
+    trigger) while node b's rank has not opened its `rng_state_1.pth` yet. Node a
+    committed after the 2 s settle with its own files, and b's file then vanished
+    (`cluster_late_file`). With --nodes 2 the commit waits for b's part and holds b's
+    file; a run mounted without --nodes waits and says to set it."""
+    c = cluster(2, "--nodes", 2)
+    rel = "run/checkpoint-100"
+    for name in c.nodes:
+        os.makedirs(c[name].path(rel), exist_ok=True)
+    a_files = {"model.safetensors": payload(2 * MiB, 11), "rng_state_0.pth": payload(14_000, 12),
+               "trainer_state.json": b'{"global_step": 100}'}
+    b_files = {"rng_state_1.pth": payload(14_000, 13)}
+    write_files(c["a"].path(rel), a_files)
+    assert_never_committed(c, rel, 4)       # past the 2 s settle
+    error = c["a"].xattr(rel, "user.ckptfs.error")
+    assert "1 of --nodes 2 published" in error, error
+    write_files(c["b"].path(rel), b_files)
+    assert_committed_everywhere(c, rel, Want.of_files({**a_files, **b_files}), latest=True)
+
+    # The same run on nodes mounted without --nodes: the step waits, the error names
+    # the option, and the user's `ckptfs commit` commits it once the save is done.
+    d = cluster(2, prefix="team/no-nodes")
+    for name in d.nodes:
+        os.makedirs(d[name].path(rel), exist_ok=True)
+    write_files(d["b"].path(rel), b_files)
+    write_files(d["a"].path(rel), a_files)
+    assert_never_committed(d, rel, 3)
+    error = d["a"].xattr(rel, "user.ckptfs.error")
+    assert "--nodes N" in error, error
+    r = d["a"].commit(rel)
+    assert r.returncode == 0, f"ckptfs commit on node a: {r.stderr}"
+    assert_committed_everywhere(d, rel, Want.of_files({**a_files, **b_files}), latest=True)
+
+
 def read_run_file(m, rel):
     """(bytes, None) of a file on mount m, or (None, why not)."""
     try:
@@ -383,7 +421,7 @@ def test_run_level_files_written_on_one_node_are_read_on_every_node(cluster):
     version in the bucket's step index and every node shows it: b and a cold node c read
     a's bytes, a newer version replaces them, and a version b writes itself later wins
     there and then on a."""
-    c = cluster(2)
+    c = cluster(2, "--nodes", 2)
 
     def save(step, latest):
         rel = f"run/{step}"

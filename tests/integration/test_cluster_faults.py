@@ -203,7 +203,11 @@ def test_kill9_after_publish_commit_takes_the_part_and_reads_wait_for_the_upload
     files = {"a": {"shard_a0.bin": tc.payload(2 * MiB + 1, 1)},
              "b": {"shard_b0.bin": tc.payload(96 * MiB + 7, 2), "shard_b1.bin": b"b's small file\n"}}
     write_shards(b, "run/step3", files["b"])       # closed: b's part is published
-    c.kill9("b")                                   # at once: its upload has not ended
+    # b makes its part durable in the background (SPEC section 9, "committed means
+    # durable"); a commit waits for that, so the kill comes once the part says so.
+    tc.poll(lambda: (json.loads(c.server.get(part_key(c, "run/step3", "b"))).get("synced"), None),
+            tc.VISIBLE_S, "node b's part made durable")
+    c.kill9("b")                                   # its upload has not ended
     part = json.loads(c.server.get(part_key(c, "run/step3", "b")))
     pending = sorted(f["path"] for f in part["files"] if not f["uploaded"])
     assert sorted(f["path"] for f in part["files"]) == sorted(files["b"]), part
@@ -228,6 +232,36 @@ def test_kill9_after_publish_commit_takes_the_part_and_reads_wait_for_the_upload
     want = tc.Want.of_files(tc.union(files))
     tc.assert_committed_everywhere(c, "run/step3", want)
     tc.wait_persisted_everywhere(c, "run/step3")
+
+
+@pytest.mark.timeout_s(150)
+def test_kill9_before_the_part_is_durable_holds_the_commit_until_the_node_is_back(cluster):
+    """SPEC section 9, "committed means durable": node b's trainer closes without fsync
+    (torch.save), and b's daemon dies before it made its part durable. Before, node a
+    committed at once with b's part, though a power loss on b could then have lost files
+    of a committed step. Now a's commit waits, saying so, and b's daemon, restarted in
+    the same boot, syncs its part and puts it again: the step commits."""
+    c = cluster(2, "--commit-settle", "0")
+    a, b = c["a"], c["b"]
+    files = {"a": {"shard_a0.bin": tc.payload(MiB + 1, 5)},
+             "b": {"shard_b0.bin": tc.payload(256 * MiB + 7, 6)}}
+    write_shards(b, "run/step6", files["b"])       # closed, never fsynced
+    c.kill9("b")                                   # at once: before its sync and PUT
+    part = json.loads(c.server.get(part_key(c, "run/step6", "b")))
+    assert part["open_writers"] == 0, part
+    assert not part["synced"], \
+        f"node b made its part durable before the kill (part {part}): no fault injected"
+    write_shards(a, "run/step6", files["a"])
+    commit = Bg(lambda: a.commit("run/step6", timeout=tc.VISIBLE_S * 6))
+    assert not commit.join(3.0), f"a committed with b's part not durable: {commit.result!r}"
+    error = a.xattr("run/step6", "user.ckptfs.error")
+    assert "waiting for node b to make its files durable" in error, error
+    c.restart("b")
+    assert commit.join(tc.VISIBLE_S * 6), "a's commit still waits after b restarted"
+    assert commit.error is None and commit.result.returncode == 0, \
+        f"ckptfs commit on node a: {commit.error!r} {commit.result and commit.result.stderr}"
+    tc.assert_committed_everywhere(c, "run/step6", tc.Want.of_files(tc.union(files)))
+    tc.wait_persisted_everywhere(c, "run/step6")
 
 
 # ----------------------------------------------------------------------------- kill -9 of the committing node

@@ -97,11 +97,12 @@ def test_a_store_that_ignores_conditional_writes_is_refused(make_ckptfs, s3rver)
 
 
 def test_node_joins_and_status_shows_it(make_ckptfs, s3):
-    m = make_ckptfs(*s3_args(s3), "--node", "a", "--refresh", "2.5")
+    m = make_ckptfs(*s3_args(s3), "--node", "a", "--refresh", "2.5", "--nodes", "4")
     cluster = m.status().get("cluster")
     requests = cluster.pop("requests")
     assert cluster.pop("closes_published_later") == 0, cluster
-    assert cluster == {"node": "a", "conditional_put": "supported", "refresh_s": 2.5}, cluster
+    assert cluster == {"node": "a", "conditional_put": "supported", "refresh_s": 2.5,
+                       "job_nodes": 4}, cluster
     # What the node asked of the bucket, by kind; status.json's own lookup may refresh (1 LIST).
     assert set(requests) == {"part_puts", "part_gets", "lists", "index_puts", "index_gets", "decisions",
                              "refreshes", "deletes", "commit_watch_gets", "run_file_puts",
