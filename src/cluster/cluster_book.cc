@@ -136,7 +136,7 @@ uint64_t ClusterBook::NextSeq() {
 
 // ---- publication -------------------------------------------------------------
 
-Status ClusterBook::PutPart(const std::string& step_path, std::vector<PartRecord::File>* files) {
+Status ClusterBook::PutPart(const std::string& step_path) {
   auto part = port_->PartSnapshot(step_path);
   if (!part.ok()) {
     // The step went away (renamed, removed): nothing of it to publish.
@@ -159,7 +159,6 @@ Status ClusterBook::PutPart(const std::string& step_path, std::vector<PartRecord
   const bool to_sync = !part->synced && part->open_writers == 0 &&
                        std::any_of(part->files.begin(), part->files.end(),
                                    [](const PartRecord::File& f) { return !f.uploaded; });
-  *files = std::move(part->files);
   // The store client retries each request; beyond that, a bucket that is
   // down holds the close for up to publish_timeout, then fails it.
   const int64_t deadline = Now() + options_.publish_timeout_ns;
@@ -201,51 +200,28 @@ Status ClusterBook::PublishPart(const std::string& step_path) {
     p.in_flight = true;
     const uint64_t covers = p.requested;
     lock.Unlock();
-    std::vector<PartRecord::File> files;
-    Status st = PutPart(step_path, &files);
+    Status st = PutPart(step_path);
     lock.Lock();
     Publication& q = publications_[step_path];
     q.in_flight = false;
     if (st.ok()) {
       q.published = std::max(q.published, covers);
-      q.files = std::move(files);
     } else {
       q.failed_through = std::max(q.failed_through, covers);
       q.failure = st;
-      q.files.clear();
     }
     cv_.notify_all();
   }
 }
 
-Status ClusterBook::PublishClose(const std::string& step_path, const PartRecord::File& closed) {
-  // DCP and most trainers fsync each file, then close it: the fsync's PUT
-  // already told the committing node the file's path and final size, which
-  // is what SPEC asks to be there when close() returns. What the close
-  // changes is the open-writer count the committing node waits on: it can
-  // follow in the background (the book's thread, within milliseconds), so
-  // the trainer waits for one PUT per file, not two. Only this file counts:
-  // another rank's file that changed since is published by its own fsync
-  // or close.
-  {
-    MutexLock lock(&mu_);
-    auto it = publications_.find(step_path);
-    if (it != publications_.end() && !closed.path.empty()) {
-      // A part's files are sorted by path (PartSnapshot).
-      const auto& files = it->second.files;
-      auto f = std::lower_bound(
-          files.begin(), files.end(), closed.path,
-          [](const PartRecord::File& a, const std::string& path) { return a.path < path; });
-      if (f != files.end() && f->path == closed.path && f->size == closed.size &&
-          f->mode == closed.mode && f->mtime_ns == closed.mtime_ns) {
-        counters_.closes_published_later++;
-        republish_.insert(step_path);
-        cv_.notify_all();
-        return Status::Ok();
-      }
-    }
-  }
-  return PublishPart(step_path);
+void ClusterBook::PublishLater(const std::string& step_path) {
+  // A close returns at once; its PUT is the book's thread's, within
+  // milliseconds, and carries every close made meanwhile (one PUT per step
+  // per pass), the part made durable first when nothing is open.
+  MutexLock lock(&mu_);
+  counters_.closes_published_later++;
+  republish_.insert(step_path);
+  cv_.notify_all();
 }
 
 // ---- reading parts ------------------------------------------------------------

@@ -92,7 +92,7 @@ class ClusterBook : public ClusterHooks {
   // ClusterHooks.
   const std::string& node() const override { return options_.node; }
   Status PublishPart(const std::string& step_path) override;
-  Status PublishClose(const std::string& step_path, const PartRecord::File& closed) override;
+  void PublishLater(const std::string& step_path) override;
   Result<std::vector<PartRecord>> GatherParts(const std::string& step_path) override;
   Result<std::string> ReadPartFile(const std::string& step_path, const PartRecord::File& file,
                                    const std::string& owner, uint64_t offset,
@@ -122,7 +122,7 @@ class ClusterBook : public ClusterHooks {
     std::atomic<uint64_t> run_file_puts{0};      // ~f records written
     std::atomic<uint64_t> run_file_gets{0};      // ~f records read by refreshes
     // Not a request: closes whose publication went to the background
-    // (PublishClose), the PUT counted in part_puts when it is made.
+    // (PublishLater), the PUT counted in part_puts when it is made.
     std::atomic<uint64_t> closes_published_later{0};
   };
   const Counters& counters() const { return counters_; }
@@ -137,13 +137,10 @@ class ClusterBook : public ClusterHooks {
     bool in_flight = false;
     uint64_t failed_through = 0;
     Status failure;
-    // The files the newest successful PUT named, for PublishClose; empty
-    // after a failure.
-    std::vector<PartRecord::File> files;
   };
 
-  // PUTs the part as it is now; *files gets the files it named.
-  Status PutPart(const std::string& step_path, std::vector<PartRecord::File>* files) EXCLUDES(mu_);
+  // PUTs the part as it is now.
+  Status PutPart(const std::string& step_path) EXCLUDES(mu_);
   // One refresh (LIST of the index, then applying it), unless another one
   // ran since the caller read generation `seen`.
   void RefreshNow(uint64_t seen) EXCLUDES(mu_);

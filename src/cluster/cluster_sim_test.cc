@@ -135,9 +135,7 @@ class SimHooks final : public ClusterHooks {
   Status PublishPart(const std::string& step_path) override {
     return book_->PublishPart(step_path);
   }
-  Status PublishClose(const std::string& step_path, const PartRecord::File& closed) override {
-    return book_->PublishClose(step_path, closed);
-  }
+  void PublishLater(const std::string& step_path) override { book_->PublishLater(step_path); }
   Result<std::vector<PartRecord>> GatherParts(const std::string& step_path) override {
     return book_->GatherParts(step_path);
   }

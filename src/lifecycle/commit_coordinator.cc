@@ -16,9 +16,9 @@ namespace {
 constexpr int64_t kClusterPollNs = 100'000'000;
 // Another node's part still counts files open for writing: most often the
 // trainer closed them a moment ago and that close's PUT is on its way
-// (ClusterHooks::PublishClose), so the first attempts come sooner: 5, 10,
+// (ClusterHooks::PublishLater), so the first attempts come sooner: 5, 10,
 // 20, 40, 80 ms, then every kClusterPollNs. Each attempt is a LIST and a GET
-// of each part, so the burst is bounded (5 more gathers per wait).
+// of each part that moved, so the burst is bounded (5 more gathers per wait).
 constexpr int64_t kOpenWritersFirstPollNs = 5'000'000;
 
 // Cluster mode, a step whose format lists no files (Hugging Face,

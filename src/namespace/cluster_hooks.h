@@ -28,17 +28,17 @@ class ClusterHooks {
   virtual const std::string& node() const = 0;
 
   // Publishes this node's part of the step (its files as they are now) and
-  // returns once a part record at least that new is in the bucket, so that
-  // close() and fsync() return only after the committing node can see the
-  // file. Concurrent calls for one step share one PUT. Blocking.
+  // returns once a part record at least that new is in the bucket: the first
+  // open for writing of the step on this node, and renames, return only
+  // after the committing node can see them. Concurrent calls for one step
+  // share one PUT. Blocking.
   virtual Status PublishPart(const std::string& step_path) = 0;
 
-  // The same for the close() of a file of the part (`closed`: its path in
-  // the step, size, mode and mtime as they are now): when the bucket already
-  // names that file so (its fsync published it, and nothing was written
-  // since), what the close changes is the open-writer count, and that PUT is
-  // made in the background: this returns at once. Otherwise PublishPart.
-  virtual Status PublishClose(const std::string& step_path, const PartRecord::File& closed) = 0;
+  // The same without waiting, for close(): the PUT is made by the book's
+  // thread, after it made the part durable when nothing is open. Until that
+  // PUT lands the bucket still counts the file open (the first open put it
+  // so), and a committing node waits instead of committing without it.
+  virtual void PublishLater(const std::string& step_path) = 0;
 
   // Every node's part record of the step except this node's own (the
   // committing node knows its own files). Malformed records are an EIO

@@ -328,13 +328,10 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   // with ranges fetched later. EIO when the remote cannot serve it.
   Status MakeLocalForWriteLocked(MutexLock& lock, uint64_t ino) REQUIRES(mu_);
   // Publishes this node's part of the step (no-op for ""); call without mu_.
-  // EIO when the bucket cannot take it. closed: the file a close() is for,
-  // as its part record names it, whose PUT may go to the background
-  // (ClusterHooks::PublishClose). watch: the node then watches for the
+  // EIO when the bucket cannot take it. watch: the node then watches for the
   // step's commit (ClusterHooks::WatchForCommit); an open does not ask, its
   // close will, so a long save does not use the watch's polls up.
-  Status PublishPartOf(const std::string& step_path, const PartRecord::File* closed = nullptr,
-                       bool watch = true) EXCLUDES(mu_);
+  Status PublishPartOf(const std::string& step_path, bool watch = true) EXCLUDES(mu_);
   // Cluster mode, after a writable open (mu_ released): publishes this
   // node's part of the step publish names ("" = nothing to do), so the part
   // says a file is open for writing before the open returns; when the

@@ -52,14 +52,6 @@ uint64_t FileSystemCore::StagingDirOfLocked(const std::string& step_path) {
   return dir && dir->is_dir() && !steps_.count(ino) ? ino : 0;
 }
 
-std::string FileSystemCore::PathInStepLocked(uint64_t ino, const std::string& step_path) {
-  const std::string path = inodes_.PathOf(ino);
-  for (const std::string& base : {step_path + "/", step_path + "-tmp/"}) {
-    if (path.size() > base.size() && path.compare(0, base.size(), base) == 0) return path.substr(base.size());
-  }
-  return "";
-}
-
 std::string FileSystemCore::ClusterStepOfLocked(uint64_t ino) {
   if (!cluster_) return "";
   const uint64_t step = steps_.StepOf(inodes_, ino);
@@ -108,10 +100,9 @@ std::string FileSystemCore::FirstWriterPublicationLocked(uint64_t ino) {
   return step_path;
 }
 
-Status FileSystem::PublishPartOf(const std::string& step_path, const PartRecord::File* closed,
-                                 bool watch) {
+Status FileSystem::PublishPartOf(const std::string& step_path, bool watch) {
   if (step_path.empty() || !cluster_) return Status::Ok();
-  Status st = closed ? cluster_->PublishClose(step_path, *closed) : cluster_->PublishPart(step_path);
+  Status st = cluster_->PublishPart(step_path);
   if (!st.ok()) {
     // The trainer's close fails: its file is on this node's disk, but the
     // committing node could not know of it, so the save must not go on as if
@@ -625,7 +616,7 @@ Status FileSystem::GatherCluster(CommitPlan* plan) {
     if (p.node == cluster_->node()) continue;
     if (p.open_writers > 0) {
       // EBUSY, not EAGAIN: usually a close whose PUT is a few milliseconds
-      // behind (PublishClose), which the coordinator asks again for soon.
+      // behind (PublishLater), which the coordinator asks again for soon.
       return Status::Error(EBUSY, "waiting for " + std::to_string(p.open_writers) +
                                        " file(s) open for writing on node " + p.node);
     }

@@ -232,9 +232,6 @@ class FileSystemCore {
   uint64_t StagingDirOfLocked(const std::string& step_path) REQUIRES(mu_);
   // A regular file's entry in a part record: path (rel), size, mode, mtime.
   PartRecord::File PartFileLocked(const Inode& file, const std::string& rel) REQUIRES(mu_);
-  // A file's path relative to the step at step_path, or to its staging
-  // directory ("" when under neither).
-  std::string PathInStepLocked(uint64_t ino, const std::string& step_path) REQUIRES(mu_);
   Result<PartRecord> PartSnapshotLocked(const std::string& step_path) REQUIRES(mu_);
   // inos, when given, gets the inode of each file collected.
   void CollectPartLocked(Inode* dir, PartRecord* part, std::vector<uint64_t>* inos = nullptr)

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <future>
 #include <system_error>
 
 #include "namespace/file_handle.h"
@@ -139,7 +138,7 @@ Result<std::pair<Entry, FileSystem::Opened>> FileSystem::Create(const Caller& c,
 
 Status FileSystem::PublishOpenedWriter(const std::string& publish, FileHandle* fh) {
   if (publish.empty()) return Status::Ok();
-  Status st = PublishPartOf(publish, nullptr, /*watch=*/false);
+  Status st = PublishPartOf(publish, /*watch=*/false);
   if (!st.ok()) (void)Release(fh);
   return st;
 }
@@ -220,7 +219,6 @@ void FileSystem::NoteWritten(FileHandle* fh, uint64_t offset, size_t n, bool kil
 
 Status FileSystem::Flush(FileHandle* fh) {
   std::string publish;
-  PartRecord::File closed;
   bool start_writeback = false;
   {
     MutexLock lock(&mu_);
@@ -242,15 +240,19 @@ Status FileSystem::Flush(FileHandle* fh) {
     }
     CKPTFS_RETURN_IF_ERROR(txn.Write());
     if (fh->writable) publish = ClusterStepOfLocked(fh->ino);
-    if (!publish.empty()) closed = PartFileLocked(*inode, PathInStepLocked(fh->ino, publish));
   }
   // The commit that follows syncs this file: a small file's writeback
   // starts now, while the trainer goes on (kEarlyWritebackMaxBytes,
   // data/writeback_starter.h).
   if (start_writeback) data_->StartWriteback(fh->ino);
-  // Cluster mode: close() returns once the committing node can see the file
-  // (at once when an fsync already published it as it is: PublishClose).
-  return PublishPartOf(publish, &closed);
+  // Cluster mode: close() never waits for the bucket. The part there still
+  // counts the file open (its first open put it so) until the book's thread
+  // puts it again, so no node commits the step without it meanwhile.
+  if (cluster_ && !publish.empty()) {
+    cluster_->PublishLater(publish);
+    cluster_->WatchForCommit(publish);
+  }
+  return Status::Ok();
 }
 
 void FileSystemCore::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, ManifestBatch* batch) {
@@ -275,32 +277,9 @@ void FileSystemCore::RecordClosedMarkerLocked(uint32_t pid, Inode* marker, Manif
 
 Status FileSystem::Fsync(FileHandle* fh, bool /*datasync*/) {
   if (!fh->file) return Status::Ok();
-  // Cluster mode: fsync() returns once this node's part names the file.
-  // That PUT does not depend on the data being on disk (close() publishes
-  // without syncing at all), so it runs while the file syncs: the trainer
-  // waits for the slower of the two, not for their sum.
-  std::string publish;
-  {
-    MutexLock lock(&mu_);
-    Inode* inode = inodes_.Find(fh->ino);
-    if (inode && fh->writable && inode->rec.nlink > 0) {
-      // The part record takes the size the kernel wrote behind our back.
-      if (fh->passthrough) SyncFromBackingLocked(inode);
-      publish = ClusterStepOfLocked(fh->ino);
-    }
-  }
-  std::future<Status> published;
-  if (!publish.empty()) {
-    try {
-      published = std::async(std::launch::async, [this, publish] { return PublishPartOf(publish); });
-    } catch (const std::system_error&) {
-      // No thread to be had: publish after the sync instead.
-    }
-  }
-  Status synced = SyncFileAndRecord(fh);
-  Status put = published.valid() ? published.get() : PublishPartOf(publish);
-  CKPTFS_RETURN_IF_ERROR(synced);
-  return put;
+  // Cluster mode publishes nothing here: the part already counts the file
+  // open, and its close puts the part again (PublishLater).
+  return SyncFileAndRecord(fh);
 }
 
 Status FileSystem::SyncFileAndRecord(FileHandle* fh) {

@@ -239,8 +239,9 @@ def test_kill9_before_the_part_is_durable_holds_the_commit_until_the_node_is_bac
     """SPEC section 9, "committed means durable": node b's trainer closes without fsync
     (torch.save), and b's daemon dies before it made its part durable. Before, node a
     committed at once with b's part, though a power loss on b could then have lost files
-    of a committed step. Now a's commit waits, saying so, and b's daemon, restarted in
-    the same boot, syncs its part and puts it again: the step commits."""
+    of a committed step. Now b's part counts the file open until b has synced it and put
+    the part again, so a's commit waits, and b's daemon, restarted in the same boot,
+    syncs its part and puts it again: the step commits."""
     c = cluster(2, "--commit-settle", "0")
     a, b = c["a"], c["b"]
     files = {"a": {"shard_a0.bin": tc.payload(MiB + 1, 5)},
@@ -248,14 +249,13 @@ def test_kill9_before_the_part_is_durable_holds_the_commit_until_the_node_is_bac
     write_shards(b, "run/step6", files["b"])       # closed, never fsynced
     c.kill9("b")                                   # at once: before its sync and PUT
     part = json.loads(c.server.get(part_key(c, "run/step6", "b")))
-    assert part["open_writers"] == 0, part
-    assert not part["synced"], \
+    assert part["open_writers"] > 0 or not part["synced"], \
         f"node b made its part durable before the kill (part {part}): no fault injected"
     write_shards(a, "run/step6", files["a"])
     commit = Bg(lambda: a.commit("run/step6", timeout=tc.VISIBLE_S * 6))
     assert not commit.join(3.0), f"a committed with b's part not durable: {commit.result!r}"
     error = a.xattr("run/step6", "user.ckptfs.error")
-    assert "waiting for node b to make its files durable" in error, error
+    assert "open for writing on node b" in error or "node b to make its files durable" in error, error
     c.restart("b")
     assert commit.join(tc.VISIBLE_S * 6), "a's commit still waits after b restarted"
     assert commit.error is None and commit.result.returncode == 0, \
@@ -336,9 +336,13 @@ def test_bucket_stopped_during_a_commit(cluster, dcp4):
 
 
 @pytest.mark.timeout_s(120)
-def test_publish_timeout_bounds_a_close_while_the_bucket_is_down(cluster):
-    """--publish-timeout 2: a close in a step fails with EIO soon after 2 s of the bucket
-    not taking the part (the default would hold it 60 s); the file stays on the node."""
+def test_an_outage_never_fails_a_close_and_publish_timeout_bounds_a_first_open(cluster):
+    """Issue 28 ("a bucket outage turning close() into EIO after 60 s"): with the bucket
+    down, fsync() and close() of a file already open in a step return at once and
+    succeed; the part in the bucket keeps counting the file open, so nothing commits
+    without it, and the node puts it again once the bucket is back. Only the first open
+    for writing of a step on the node waits for the bucket, and fails with EIO after
+    --publish-timeout (2 s here; the default would hold it 60 s)."""
     c = cluster(1, "--publish-timeout", "2")
     a = c["a"]
     os.makedirs(a.path("run/step1"))
@@ -347,16 +351,26 @@ def test_publish_timeout_bounds_a_close_while_the_bucket_is_down(cluster):
     c.server.stop()
     try:
         t0 = time.monotonic()
+        os.fsync(fd)
+        os.close(fd)
+        took_close = time.monotonic() - t0
+        os.makedirs(a.path("run/step2"))
+        t0 = time.monotonic()
         with pytest.raises(OSError) as e:
-            os.close(fd)
-        took = time.monotonic() - t0
+            os.open(a.path("run/step2/y.bin"), os.O_WRONLY | os.O_CREAT, 0o644)
+        took_open = time.monotonic() - t0
     finally:
         c.server.start()
+    assert took_close < 1.0, f"fsync and close took {took_close:.1f} s with the bucket down"
     assert e.value.errno == errno.EIO, e.value
-    assert 1.5 < took < 30, f"close took {took:.1f} s with --publish-timeout 2"
+    assert 1.5 < took_open < 30, f"the first open took {took_open:.1f} s with --publish-timeout 2"
     assert read_file(a.path("run/step1/x.bin")) == b"x" * 1000
     errors = [ev for ev in a.events() if ev.get("kind") == "cluster_publish"]
-    assert errors and errors[0]["path"] == "run/step1", errors
+    assert {ev["path"] for ev in errors} >= {"run/step2"}, errors
+    # The bucket is back: the node's thread puts step1's part again, quiet and durable.
+    tc.poll(lambda: (lambda p: (p["open_writers"] == 0 and p["synced"], p))(
+                json.loads(c.server.get(part_key(c, "run/step1", "a")))),
+            tc.VISIBLE_S * 3, "node a's part of run/step1 put again after the outage")
 
 
 @pytest.mark.timeout_s(120)
