@@ -47,10 +47,11 @@
 // each, and SimOptions steers RandomSchedules around each until it is fixed.
 //
 // Not covered, and why:
-//  * Power loss (FsEnv::CrashAndRestart: unsynced data and manifest batches dropped):
-//    only kill -9. A node's files in a step another node commits are not synced when
-//    they close; which of them must survive is the protocol question the next issue
-//    reworks, and the model would have to encode its answer.
+//  * Power loss mid-save in RandomSchedulesWithPowerLoss (SimOptions::power_loss:
+//    unsynced data and manifest batches dropped, a new boot): like kills, only on a
+//    node whose steps are all committed, which checks that a committed step survives
+//    any node's power loss (its files synced before the commit: SPEC section 9).
+//    Mid-save it still fails on causes not fixed yet (DISABLED_Seed7 below).
 //  * Bucket faults (FailNext, SetUnavailable): a failed request makes the book or the
 //    tier back off on the manual clock, which nothing advances while the test's only
 //    thread waits.
@@ -221,6 +222,10 @@ struct SimOptions {
   // committed uploaded, the step record, the commit object and the committed index
   // entry are checked.
   bool check_leftovers = true;
+  // Power losses (FsEnv::CrashAndRestart: unsynced data and manifest batches
+  // dropped, a new boot). Off in RandomSchedules, whose kept seeds replay the
+  // draws they had; RandomSchedulesWithPowerLoss turns it on.
+  bool power_loss = false;
 };
 
 // Every flag off: the schedule RandomSchedules runs until the known issues are fixed.
@@ -270,6 +275,15 @@ class SimNode {
     manifest_.SimulateCrash(SIZE_MAX);
     Start();
   }
+  // Power loss and a new boot (FsEnv::CrashAndRestart): manifest batches not
+  // synced and file data not synced are gone.
+  void PowerLossAndRestart() {
+    TearDown();
+    manifest_.SimulateCrash(0);
+    data_.SimulateCrash();
+    boot_++;
+    Start();
+  }
 
  private:
   void Start() {
@@ -278,7 +292,7 @@ class SimNode {
     o.node = name_;
     o.refresh_ns = config_.refresh_ns;
     o.commit_settle_ns = 0;  // as FsEnv: explicit commits do not wait for quiet anyway
-    o.boot_id = "boot-1";
+    o.boot_id = "boot-" + std::to_string(boot_);
     auto fs = FileSystem::Open(o, std::make_unique<SharedManifest>(&manifest_, &manifest_writes_),
                                std::make_unique<SharedData>(&data_), clock_, &events_);
     if (!fs.ok()) throw std::runtime_error("node " + name_ + ": " + fs.status().ToString());
@@ -302,6 +316,7 @@ class SimNode {
     book_ = std::make_unique<ClusterBook>(fs_.get(), bucket_, &events_, b);
     hooks_.set_book(book_.get());
     fs_->SetClusterHooks(&hooks_);
+    book_->QueueRestartWork();  // as ClusterBook::Start does in the daemon
   }
 
   // The daemon's order (cli/daemon.cc), except that the FileSystem is destroyed with
@@ -335,6 +350,7 @@ class SimNode {
   MemoryManifestStore manifest_;
   int manifest_writes_ = 0;
   MemoryDataStore data_;
+  int boot_ = 1;
   EventLog events_;
   SimHooks hooks_;
   std::unique_ptr<FileSystem> fs_;
@@ -532,14 +548,18 @@ class ClusterSim {
 
   void RandomOp() {
     // Weights: writes and commits dominate, as in a save; removals and kills are rare.
-    static const struct {
+    // Power loss weighs nothing unless turned on: the draws stay those of the
+    // kept seeds.
+    const struct {
       int weight;
       void (ClusterSim::*op)();
     } kOps[] = {
-        {8, &ClusterSim::MakeStepOp}, {24, &ClusterSim::WriteOp},   {12, &ClusterSim::CommitOp},
-        {10, &ClusterSim::RefreshOp}, {10, &ClusterSim::AdvanceOp}, {10, &ClusterSim::BookPassOp},
-        {8, &ClusterSim::TierPassOp}, {5, &ClusterSim::DrainOp},    {4, &ClusterSim::RemoveOp},
-        {3, &ClusterSim::KillOp},     {4, &ClusterSim::ReadOp},
+        {8, &ClusterSim::MakeStepOp}, {24, &ClusterSim::WriteOp},
+        {12, &ClusterSim::CommitOp},  {10, &ClusterSim::RefreshOp},
+        {10, &ClusterSim::AdvanceOp}, {10, &ClusterSim::BookPassOp},
+        {8, &ClusterSim::TierPassOp}, {5, &ClusterSim::DrainOp},
+        {4, &ClusterSim::RemoveOp},   {3, &ClusterSim::KillOp},
+        {4, &ClusterSim::ReadOp},     {options_.power_loss ? 2 : 0, &ClusterSim::PowerLossOp},
     };
     int total = 0;
     for (const auto& o : kOps) total += o.weight;
@@ -768,6 +788,51 @@ class ClusterSim {
     }
     n.KillAndRestart();
     line_ << "kill -9 and restart";
+  }
+
+  // A node loses power and boots again. What it had not synced is gone: files of
+  // steps not decided yet may be (the model moves them to `maybe`: a decision may
+  // hold them only if they survived, and then with their bytes), while every file
+  // of a decided step must survive, which the checks read (SPEC section 9,
+  // "committed means durable").
+  void PowerLossOp() {
+    SimNode& n = AnyNode();
+    if (!options_.kill_mid_save) {
+      for (const auto& v : n.fs().Steps()) {
+        if (v.rec.state != StepState::kCommitted && v.rec.state != StepState::kDeleting) {
+          line_ << n.name() << ": power loss skipped (" << v.path << " "
+                << StepStateName(v.rec.state) << " here)";
+          return;
+        }
+      }
+    }
+    line_ << n.name() << ": ";
+    if (!options_.kill_with_queued_work) {
+      n.book().RunOnceForTest();
+      line_ << "book pass, ";
+    }
+    for (auto& s : steps_) {
+      if (s.decided) continue;
+      for (auto it = s.closed.begin(); it != s.closed.end();) {
+        if (it->second.node != n.name()) {
+          ++it;
+          continue;
+        }
+        s.maybe[it->first] = it->second;
+        it = s.closed.erase(it);
+      }
+    }
+    n.PowerLossAndRestart();
+    line_ << "power loss and restart";
+    // An rm that returned is not durable before a sync (as on any POSIX
+    // filesystem): the step may show again here until the node learns of its
+    // removal from the bucket, which the settling checks. Nor is the note that
+    // a step is persisted (the bucket's copy is what counts; the node learns it
+    // again). A committed step must stay committed.
+    for (auto& [number, rank] : max_rank_[NodeIndex(n)]) {
+      if (rank == kDeleted) rank = kNotCommitted;
+      if (rank == kPersisted) rank = kCommitted;
+    }
   }
 
   void ReadOp() {
@@ -1240,6 +1305,70 @@ TEST(ClusterSimTest, RandomSchedules) {
     EXPECT_TRUE(result);
     failed += !result;
   }
+}
+
+// The same with power losses (SimOptions::power_loss): other draws, so other schedules.
+TEST(ClusterSimTest, RandomSchedulesWithPowerLoss) {
+  SimOptions o = AroundKnownIssues();
+  o.power_loss = true;  // as kills, only on a node with every step committed (kill_mid_save)
+  if (const char* one = std::getenv("CLUSTER_SIM_SEED")) {
+    EXPECT_TRUE(RunSeed(std::strtoull(one, nullptr, 10), kOps, o));
+    return;
+  }
+  uint64_t seeds = kSeeds;
+  if (const char* n = std::getenv("CLUSTER_SIM_SEEDS")) seeds = std::strtoull(n, nullptr, 10);
+  int failed = 0;
+  for (uint64_t seed = 1; seed <= seeds && failed < 3; seed++) {
+    auto result = RunSeed(seed, kOps, o);
+    EXPECT_TRUE(result) << "seed " << seed;
+    failed += !result;
+  }
+}
+
+SimOptions WithPowerLoss(bool mid_save) {
+  SimOptions o = AroundKnownIssues();
+  o.power_loss = true;
+  o.kill_mid_save = mid_save;
+  return o;
+}
+
+// Invariant 1 failed after a power loss: "run/step2 went back from committed to not
+// committed (broken (committed file run/step2/rank7 lost data: 0 of 43 bytes)) on node
+// b". b's rank7 was uploaded before a's commit, so b's part did not sync it (the
+// bucket held it), and the power loss cut b's local copy short: recovery broke the
+// committed step. Now recovery drops a local copy the remote holds as this version
+// and reads the file from there (a `local_copy_lost` warning).
+//   #27 b: write run/step2/rank7 (43 B): ok
+//   #43 b: book pass (part puts +3, gets +0)
+//   #46 a: commit run/step2: committed [decided run/step2 by a: {rank6, rank7, rank8}]
+//   #97 b: book pass, power loss and restart
+TEST(ClusterSimTest, Seed245APowerLossCutsAnUploadedFilesLocalCopy) {
+  EXPECT_TRUE(RunSeed(245, kOps, WithPowerLoss(false)));
+}
+
+// Power losses mid-save (a node with a step not committed loses power) fail on
+// causes not fixed yet, so RandomSchedulesWithPowerLoss skips them:
+// "run/step1's decision names rank11 on node b with 0 B; it was written on node b
+// with 45 B". b's rank11 was never fsynced; the power loss kept its name (an earlier
+// synced manifest write) and lost its bytes. The step is incomplete on b, but b
+// wrote into it again, which put b's part (rank11 at 0 B, durable as it now is), and
+// c committed the step with the torn file: the save identity (files of an earlier
+// attempt never enter a later one) is what closes this. Seed 9 there is the known
+// prune of an incomplete step with a part elsewhere (Seed2 below).
+TEST(ClusterSimTest, DISABLED_Seed7APowerLossMidSaveCommitsATornFile) {
+  EXPECT_TRUE(RunSeed(7, kOps, WithPowerLoss(true)));
+}
+
+// Found by the 10,000-seed campaign with power losses (1 seed of 10,000): "after
+// settling, 3 objects are left under removed run/step1, e.g. run/step1/rank2". Node b
+// removed step1 for the cluster; node a queued the deletion of the objects it had
+// uploaded in its manifest, in a batch not synced, and lost power: nothing deletes
+// them now. A storage leak, not a loss: the step is gone from every node.
+//   #21 a: commit run/step1: committed [decided run/step1 by a: {rank1, rank2, rank3, rank4}]
+//   #55 b: rm -r run/step1: rmdir ok
+//   #61 a: book pass, power loss and restart
+TEST(ClusterSimTest, DISABLED_Seed9263APowerLossLosesQueuedRemoteDeletions) {
+  EXPECT_TRUE(RunSeed(9263, kOps, WithPowerLoss(false)));
 }
 
 // Seeds that failed stay here as tests of their own, named after the seed and what

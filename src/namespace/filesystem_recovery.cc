@@ -148,6 +148,23 @@ Status FileSystemCore::RecoverLocked() {
       }
       continue;
     }
+    if (actual < inode->rec.size && inode->object && inode->object->crc_known &&
+        ObjectIsCurrent(*inode, inodes_.PathOf(ino))) {
+      // The remote holds this very version, checked (its upload ended, or
+      // it was fetched from there): a power loss cut only the local copy
+      // short (an upload or a fetch does not fsync it). The copy is dropped
+      // and the file is read from the remote again, as an evicted one.
+      inode->object->resident = false;
+      txn.batch()->Put(KeySpace::kObjects, InoKey(ino), EncodeObject(*inode->object));
+      (void)data_->Remove(ino);
+      events_->Append({{"event", "warning"},
+                       {"kind", "local_copy_lost"},
+                       {"path", inodes_.PathOf(ino)},
+                       {"error", "the local copy lost data (" + std::to_string(actual) + " of " +
+                                     std::to_string(inode->rec.size) +
+                                     " bytes); the file is read from the remote, which holds it"}});
+      continue;
+    }
     if (actual < inode->rec.size) {
       // Committed data must be there; if the disk lost it, say so loudly.
       const uint64_t step = steps_.StepOf(inodes_, ino);
