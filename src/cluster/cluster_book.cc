@@ -151,16 +151,15 @@ Status ClusterBook::PutPart(const std::string& step_path) {
   }
   const std::string key = PartRecordKey(step_path, options_.node);
   const std::string body = EncodePartRecord(*part);
-  // Quiet but not yet durable: the book's thread syncs it and publishes it
-  // again, and the committing node waits for that (SPEC section 9,
-  // "committed means durable"). A trainer that fsyncs each file (DCP) makes
-  // that sync cheap; one that does not waits for it here no more than a
-  // single node's commit does.
+  // Quiet but not yet durable (its sync failed, or it changed meanwhile):
+  // the book's thread syncs it and puts it again, and the committing node
+  // waits for that (SPEC section 9, "committed means durable").
   const bool to_sync = !part->synced && part->open_writers == 0 &&
                        std::any_of(part->files.begin(), part->files.end(),
                                    [](const PartRecord::File& f) { return !f.uploaded; });
   // The store client retries each request; beyond that, a bucket that is
-  // down holds the close for up to publish_timeout, then fails it.
+  // down holds the first open (or the book's thread) for up to
+  // publish_timeout, then fails it.
   const int64_t deadline = Now() + options_.publish_timeout_ns;
   int64_t backoff = 100'000'000;
   for (;;) {

@@ -2,9 +2,11 @@
 // docs/cluster.md), the peer of RemoteTier. The bucket is the only thing the
 // nodes share; this class keeps the cluster's records in it:
 //
-//   <step>/.ckptfs-parts/<node>.json   this node's part of a step, published
-//                                      before close()/fsync() return (group
-//                                      commit: one PUT in flight per step);
+//   <step>/.ckptfs-parts/<node>.json   this node's part of a step, put before
+//                                      the step's first open for writing
+//                                      returns, and again by this thread after
+//                                      closes, once durable (one PUT in flight
+//                                      per step);
 //   <step>/.ckptfs-step.json           the step's one record, decided once
 //                                      (DecideOnce: a conditional put);
 //   .ckptfs-index/<step>~c.json        committed (body: the step record) and
