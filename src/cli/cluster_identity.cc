@@ -64,23 +64,30 @@ Result<std::string> EnsureCacheId(ManifestStore* manifest) {
   return made;
 }
 
-Result<std::optional<ClusterMembership>> JoinClusterAtMount(ManifestStore* manifest, ObjectStore* store,
-                                                             const std::string& cache_dir,
-                                                             const std::string& node, EventLog* events) {
+Result<std::optional<ClusterMembership>> JoinClusterAtMount(ManifestStore* manifest,
+                                                            ObjectStore* store,
+                                                            const std::string& cache_dir,
+                                                            const std::string& node,
+                                                            EventLog* events, bool replace) {
   CKPTFS_RETURN_IF_ERROR(CheckCacheNode(manifest, cache_dir, node));
   if (node.empty()) return std::optional<ClusterMembership>();
   if (store == nullptr) return Status::Error(EINVAL, "--node needs --remote: the bucket is what the nodes share");
   auto cache_id = EnsureCacheId(manifest);
   if (!cache_id.ok()) return cache_id.status();
-  auto joined = JoinCluster(store, node, *cache_id, HostName());
+  auto joined = JoinCluster(store, node, *cache_id, HostName(), replace);
   if (!joined.ok()) return joined.status();
   CKPTFS_RETURN_IF_ERROR(BindCacheToNode(manifest, cache_dir, node));
   joined->cache_id = *cache_id;
-  events->Append({{"event", "cluster_join"},
-                  {"node", node},
-                  {"cache_id", *cache_id},
-                  {"remote", store->Describe()},
-                  {"conditional_put", ConditionalPutName(joined->probe)}});
+  nlohmann::json event = {
+      {"event", "cluster_join"},     {"node", node},
+      {"cache_id", *cache_id},       {"epoch", joined->epoch},
+      {"remote", store->Describe()}, {"conditional_put", ConditionalPutName(joined->probe)}};
+  if (!joined->replaced_cache_id.empty()) {
+    // --replace-node took the name over: whose it was, for the operator.
+    event["replaced_cache_id"] = joined->replaced_cache_id;
+    event["replaced_host"] = joined->replaced_host;
+  }
+  events->Append(std::move(event));
   return std::optional<ClusterMembership>(std::move(joined).value());
 }
 

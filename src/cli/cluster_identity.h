@@ -36,10 +36,13 @@ Result<std::string> EnsureCacheId(ManifestStore* manifest);
 
 // What a mount does before the filesystem is loaded: CheckCacheNode always
 // (a bound cache needs its --node); with a node, also EnsureCacheId,
-// JoinCluster on store (the remote; not null then) as this host, and
-// BindCacheToNode, and logs a cluster_join event. nullopt without a node.
-Result<std::optional<ClusterMembership>> JoinClusterAtMount(ManifestStore* manifest, ObjectStore* store,
-                                                             const std::string& cache_dir,
-                                                             const std::string& node, EventLog* events);
+// JoinCluster on store (the remote; not null then) as this host (replace:
+// --replace-node), and BindCacheToNode, and logs a cluster_join event.
+// nullopt without a node.
+Result<std::optional<ClusterMembership>> JoinClusterAtMount(ManifestStore* manifest,
+                                                            ObjectStore* store,
+                                                            const std::string& cache_dir,
+                                                            const std::string& node,
+                                                            EventLog* events, bool replace = false);
 
 }  // namespace ckptfs

@@ -83,8 +83,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
     if (!store.ok()) return store.status().Annotate("opening the remote " + options.remote.url);
     remote_store = std::move(store).value();
   }
-  auto cluster = JoinClusterAtMount(manifest->get(), remote_store.get(), options.cache_dir, options.fs.node,
-                                    d->events_.get());
+  auto cluster = JoinClusterAtMount(manifest->get(), remote_store.get(), options.cache_dir,
+                                    options.fs.node, d->events_.get(), options.replace_node);
   if (!cluster.ok()) return cluster.status();
   d->membership_ = std::move(cluster).value();
   auto data = OpenPosixDataStore(options.cache_dir + "/data");
@@ -113,6 +113,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
       ClusterBookOptions cluster_options;
       cluster_options.node = d->membership_->node;
       cluster_options.cache_id = d->membership_->cache_id;
+      cluster_options.epoch = d->membership_->epoch;
       cluster_options.conditional_put = ConditionalPutName(d->membership_->probe);
       cluster_options.refresh_ns = options.fs.refresh_ns;
       cluster_options.job_nodes = options.fs.job_nodes;

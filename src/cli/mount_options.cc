@@ -75,6 +75,9 @@ const char* const kMountUsage =
     "                         Face, DeepSpeed, Megatron) commits once N nodes have\n"
     "                         published their parts with nothing open; without it such a\n"
     "                         step waits (DCP and OLMo-core steps do not need it)\n"
+    "  --replace-node         take the --node name over from the cache that holds it (a\n"
+    "                         node that is gone for good); its daemon, if it still runs,\n"
+    "                         can no longer write into the cluster's steps\n"
     "  --refresh SECONDS      how old a run directory's view of the other nodes' steps may\n"
     "                         get before a lookup reads the remote again (default 1)\n"
     "  --publish-timeout SECONDS  how long the first open for writing of a step on this\n"
@@ -247,6 +250,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
     kMetadataReserve,
     kNode,
     kNodes,
+    kReplaceNode,
     kRefresh,
     kPublishTimeout,
     kReadWait,
@@ -284,6 +288,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"nonempty", no_argument, nullptr, kNonEmpty},
       {"node", required_argument, nullptr, kNode},
       {"nodes", required_argument, nullptr, kNodes},
+      {"replace-node", no_argument, nullptr, kReplaceNode},
       {"refresh", required_argument, nullptr, kRefresh},
       {"publish-timeout", required_argument, nullptr, kPublishTimeout},
       {"read-wait", required_argument, nullptr, kReadWait},
@@ -443,6 +448,9 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         o.fs.node = optarg;
         break;
       }
+      case kReplaceNode:
+        o.replace_node = true;
+        break;
       case kNodes: {
         // 100,000 is far past any job; a larger number is a typo.
         char* end = nullptr;
@@ -526,6 +534,9 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
   }
   if (!o.fs.node.empty() && o.remote.url.empty()) {
     return Status::Error(EINVAL, "--node needs --remote: the bucket is what the nodes share");
+  }
+  if (o.replace_node && o.fs.node.empty()) {
+    return Status::Error(EINVAL, "--replace-node needs --node: it takes that node name over");
   }
   if (o.fs.job_nodes > 0 && o.fs.node.empty()) {
     return Status::Error(

@@ -49,6 +49,9 @@ struct MountOptions {
   // rename() in a step waits for the bucket to take this node's part record
   // before it fails with EIO.
   int64_t publish_timeout_ns = 60'000'000'000;
+  // Cluster mode (--replace-node): take the --node name over from the cache
+  // that holds it, at the name's next epoch (cluster_join.h).
+  bool replace_node = false;
   // Cluster mode (--read-wait): how long a read of another node's file waits
   // for that node to upload it before it fails with EIO.
   int64_t read_wait_ns = 600'000'000'000;

@@ -192,6 +192,15 @@ TEST(MountOptionsTest, BadClusterOptionsAreRefused) {
     EXPECT_NE(r.status().message().find("--refresh takes"), std::string::npos) << r.status().message();
   }
 
+  EXPECT_FALSE(ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a"})->replace_node);
+  auto replace =
+      ParseMount({"/m", "--remote", "file:///tmp/bucket", "--node", "a", "--replace-node"});
+  ASSERT_TRUE(replace.ok()) << replace.status().ToString();
+  EXPECT_TRUE(replace->replace_node);
+  auto lone_replace = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--replace-node"});
+  EXPECT_EQ(lone_replace.err(), EINVAL);
+  EXPECT_NE(lone_replace.status().message().find("--replace-node needs --node"), std::string::npos)
+      << lone_replace.status().message();
   auto lone_nodes = ParseMount({"/m", "--remote", "file:///tmp/bucket", "--nodes", "4"});
   EXPECT_EQ(lone_nodes.err(), EINVAL);
   EXPECT_NE(lone_nodes.status().message().find("--nodes needs --node"), std::string::npos)

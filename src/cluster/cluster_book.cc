@@ -88,7 +88,11 @@ ClusterBook::ClusterBook(ClusterPort* port, ObjectStore* store, EventLog* events
       store_(store),
       events_(events),
       options_(std::move(options)),
-      clock_(options_.clock ? options_.clock : &SystemClockInstance()) {}
+      clock_(options_.clock ? options_.clock : &SystemClockInstance()),
+      fence_(store, events, clock_, &counters_.lists,
+             // Both looks are as old as any view this node has may get (--refresh).
+             NodeFenceOptions{options_.node, options_.epoch, options_.refresh_ns,
+                              options_.refresh_ns}) {}
 
 ClusterBook::~ClusterBook() { Stop(); }
 
@@ -137,6 +141,10 @@ uint64_t ClusterBook::NextSeq() {
 // ---- publication -------------------------------------------------------------
 
 Status ClusterBook::PutPart(const std::string& step_path) {
+  // Also the book's own republications look (at most once per --refresh):
+  // an old holder must not overwrite the part record its replacement now
+  // puts under the same key.
+  CKPTFS_RETURN_IF_ERROR(fence_.CheckHolder());
   auto part = port_->PartSnapshot(step_path);
   if (!part.ok()) {
     // The step went away (renamed, removed): nothing of it to publish.
@@ -144,6 +152,7 @@ Status ClusterBook::PutPart(const std::string& step_path) {
   }
   part->node = options_.node;
   part->cache_id = options_.cache_id;
+  part->epoch = options_.epoch;
   part->seq = NextSeq();
   part->published_at = static_cast<double>(TimespecToNanos(clock_->Now())) / 1e9;
   if (Status valid = ValidatePartRecord(*part); !valid.ok()) {
@@ -184,6 +193,14 @@ Status ClusterBook::PutPart(const std::string& step_path) {
 }
 
 Status ClusterBook::PublishPart(const std::string& step_path) {
+  // The first open for writing of a step (or a rename in one): a daemon
+  // whose name was taken over says so here, rather than write a part every
+  // gather drops (NodeFence).
+  CKPTFS_RETURN_IF_ERROR(fence_.CheckHolder());
+  return PublishPartNow(step_path);
+}
+
+Status ClusterBook::PublishPartNow(const std::string& step_path) {
   MutexLock lock(&mu_);
   const uint64_t ticket = ++publications_[step_path].requested;
   for (;;) {
@@ -310,6 +327,12 @@ Result<std::vector<PartRecord>> ClusterBook::GatherParts(const std::string& step
   std::vector<PartRecord> out;
   out.reserve(kept.size());
   for (const auto& [node, g] : kept) out.push_back(g.part);
+  // A replaced daemon's part never enters a commit nor counts as a node.
+  if (Status fenced = fence_.DropFencedParts(step_path, &out); !fenced.ok()) {
+    MutexLock lock(&mu_);
+    gathered_[step_path] = std::move(kept);
+    return fenced;
+  }
   MutexLock lock(&mu_);
   // Bounded: steps are forgotten when decided or removed; a run of steps
   // that never commit is capped here.
@@ -394,6 +417,7 @@ Result<std::string> ClusterBook::ReadPartFile(const std::string& step_path,
 // ---- the decision and the index ----------------------------------------------
 
 Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& proposal) {
+  CKPTFS_RETURN_IF_ERROR(fence_.Fenced());
   ClusterStepRecord mine = proposal;
   auto random = RandomHex(8);
   if (!random.ok()) return random.status();
@@ -435,6 +459,7 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
     MutexLock lock(&mu_);
     gathered_.erase(mine.step_path);  // decided: no gather of it follows
   }
+  fence_.ForgetStep(mine.step_path);
   events_->Append({{"event", "cluster_commit"},
                    {"path", mine.step_path},
                    {"committer", record->committer},
@@ -629,6 +654,7 @@ void ClusterBook::RunFileUploaded(const RunFileRecord& record) {
 }
 
 void ClusterBook::RecordRunFiles(std::map<std::string, RunFileRecord> files) {
+  if (!fence_.Fenced().ok()) return;  // a replaced daemon writes nothing into the cluster
   for (auto& [path, record] : files) {
     counters_.run_file_puts++;
     Status st = store_->Put(StepIndexKey(path, 'f'), EncodeRunFileRecord(record));
@@ -740,6 +766,7 @@ int64_t ClusterBook::PollCommitWatch() {
 }
 
 void ClusterBook::StepRemoved(const std::string& step_path) {
+  fence_.ForgetStep(step_path);
   MutexLock lock(&mu_);
   gathered_.erase(step_path);
   removed_.insert(step_path);
@@ -862,7 +889,19 @@ bool ClusterBook::Pass() {
   }
   if (flush) port_->FlushInvalidations();
   for (const auto& step : removed) {
-    Status st = RemoveFromBucket(step);
+    // A replaced daemon removes nothing for the cluster: its removal stays
+    // local (the new holder and the other nodes keep the step).
+    Status st = fence_.Fenced();
+    if (!st.ok()) {
+      events_->Append({{"event", "error"},
+                       {"kind", "cluster_remove"},
+                       {"path", step},
+                       {"error", "not removed for the cluster: " + st.message()}});
+      MutexLock lock(&mu_);
+      removing_.erase(step);
+      continue;
+    }
+    st = RemoveFromBucket(step);
     if (st.ok()) {
       MutexLock lock(&mu_);
       if (!removed_.count(step)) removing_.erase(step);
@@ -876,7 +915,8 @@ bool ClusterBook::Pass() {
   }
   auto publish = [this](const std::set<std::string>& steps) {
     for (const auto& step : steps) {
-      Status st = PublishPart(step);
+      Status st = PublishPartNow(step);
+      if (st.err() == EROFS) continue;  // fenced (NodeFence): nothing to retry
       if (!st.ok()) {
         events_->Append({{"event", "error"},
                          {"kind", "cluster_publish"},
@@ -1043,6 +1083,7 @@ void ClusterBook::AddStatus(nlohmann::json* status) const {
                        {"run_file_puts", counters_.run_file_puts.load()},
                        {"run_file_gets", counters_.run_file_gets.load()}};
   block["closes_published_later"] = counters_.closes_published_later.load();
+  fence_.AddStatus(&block);
 }
 
 }  // namespace ckptfs

@@ -41,6 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cluster/node_fence.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
@@ -55,6 +56,7 @@ namespace ckptfs {
 struct ClusterBookOptions {
   std::string node;                             // --node
   std::string cache_id;                         // the cache's identity, in part records
+  uint64_t epoch = 1;                           // the node name's epoch this cache holds
   int64_t refresh_ns = 1'000'000'000;           // --refresh
   uint32_t job_nodes = 0;                       // --nodes (0 = not given), for status.json
   int64_t publish_timeout_ns = 60'000'000'000;  // a close waits at most this for the bucket
@@ -141,6 +143,8 @@ class ClusterBook : public ClusterHooks {
     Status failure;
   };
 
+  // PublishPart without the holder's check (the book's own republications).
+  Status PublishPartNow(const std::string& step_path) EXCLUDES(mu_);
   // PUTs the part as it is now.
   Status PutPart(const std::string& step_path) EXCLUDES(mu_);
   // One refresh (LIST of the index, then applying it), unless another one
@@ -179,6 +183,7 @@ class ClusterBook : public ClusterHooks {
   const ClusterBookOptions options_;
   const Clock* const clock_;
   Counters counters_;
+  NodeFence fence_;  // the node name's epoch: this mount's writes, and other nodes' parts
 
   mutable Mutex mu_;
   std::condition_variable cv_;  // publications ending; background work queued; stopping

@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "cluster/cluster_book.h"
+#include "cluster/cluster_join.h"
 #include "common/crc32c.h"
 #include "common/time_convert.h"
 #include "data/memory_data_store.h"
@@ -32,11 +33,13 @@ class Node {
  public:
   Node(const std::string& name, ObjectStore* bucket, int64_t publish_timeout_ns = 0,
        bool uploads = true, DataStore* data = nullptr, int64_t commit_watch_first_ns = 100'000'000,
-       const Clock* book_clock = nullptr, uint32_t job_nodes = 0, int64_t refresh_ns = 0)
+       const Clock* book_clock = nullptr, uint32_t job_nodes = 0, int64_t refresh_ns = 0,
+       const std::string& cache_id = "", uint64_t epoch = 1)
       : env_(Options(name, uploads, job_nodes), data) {
     ClusterBookOptions o;
     o.node = name;
-    o.cache_id = "cache-" + name;
+    o.cache_id = cache_id.empty() ? "cache-" + name : cache_id;
+    o.epoch = epoch;
     o.refresh_ns = refresh_ns;  // 0: every lookup reads the index
     o.publish_timeout_ns = publish_timeout_ns;
     o.commit_watch_first_ns = commit_watch_first_ns;
@@ -129,7 +132,7 @@ TEST(ClusterCommitTest, TheBookWritesTheWholeClusterBlockOfStatus) {
   block.erase("requests");
   EXPECT_EQ(
       block.dump(),
-      R"({"closes_published_later":0,"conditional_put":"supported","job_nodes":null,"node":"a","refresh_s":2.5})");
+      R"({"closes_published_later":0,"conditional_put":"supported","epoch":1,"fenced":null,"job_nodes":null,"node":"a","refresh_s":2.5})");
 }
 
 // The part record of run/<step> that node has in the bucket.
@@ -370,6 +373,65 @@ TEST(ClusterCommitTest, AnotherNodesFilesAreDurableBeforeTheStepCommits) {
     ASSERT_TRUE(f.ok()) << name << ": " << f.status().ToString();
     EXPECT_EQ(ReadFile(b.fs(), f->ino), bytes) << name;
   }
+}
+
+// SPEC section 9, "node names": a node name taken over with --replace-node
+// (the next epoch) fences its old daemon. What the old daemon still has in
+// a step never enters a commit, and its next first open of a step fails
+// with EROFS naming what happened; the new holder's part counts.
+TEST(ClusterCommitTest, AReplacedNodesPartNeverEntersACommitAndItsDaemonTurnsReadOnly) {
+  MemoryObjectStore bucket;
+  ASSERT_TRUE(JoinCluster(&bucket, "a", "cache-a", "ha").ok());
+  auto b_joined = JoinCluster(&bucket, "b", "cache-b", "hb");
+  ASSERT_TRUE(b_joined.ok()) << b_joined.status().ToString();
+  ASSERT_EQ(b_joined->epoch, 1u);
+  Node a("a", &bucket);
+  Node old_b("b", &bucket);
+  // Before the replacement, b's part is in a commit.
+  const uint64_t s5 = a.Step("step5");
+  WriteFile(a.fs(), s5, "x", "AAA");
+  WriteFile(old_b.fs(), old_b.Step("step5"), "y", "BBBB");
+  old_b.Background();
+  a.Commit(s5);
+  ASSERT_EQ(a.State(s5), "committed") << a.Xattr(s5, "user.ckptfs.error");
+  EXPECT_EQ(a.Xattr(s5, "user.ckptfs.files"), "2");
+  // Node b's old daemon writes into step6; then its name is taken over.
+  const uint64_t s6 = a.Step("step6");
+  WriteFile(a.fs(), s6, "x", "AAA");
+  WriteFile(old_b.fs(), old_b.Step("step6"), "stale", "OLD");
+  old_b.Background();
+  auto replaced = JoinCluster(&bucket, "b", "cache-b2", "hb2", /*replace=*/true);
+  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
+  EXPECT_EQ(replaced->epoch, 2u);
+  EXPECT_EQ(replaced->replaced_cache_id, "cache-b");
+  EXPECT_EQ(replaced->replaced_host, "hb");
+  // The commit leaves the old daemon's part out (the explicit commit is the
+  // user's word that what the cluster has is the step).
+  a.Commit(s6);
+  ASSERT_EQ(a.State(s6), "committed") << a.Xattr(s6, "user.ckptfs.error");
+  EXPECT_EQ(a.Xattr(s6, "user.ckptfs.files"), "1");
+  EXPECT_NE(a.env().events.Render().find("cluster_fenced_part"), std::string::npos)
+      << a.env().events.Render();
+  // The old daemon's first open of another step: EROFS, and why.
+  const uint64_t old_s7 = old_b.Step("step7");
+  auto refused = old_b.fs().Create(kRoot, old_s7, "z", 0644, O_WRONLY);
+  ASSERT_EQ(refused.status().err(), EROFS) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("taken over by another cache with --replace-node"),
+            std::string::npos)
+      << refused.status().message();
+  nlohmann::json status = nlohmann::json::object();
+  old_b.book().AddStatus(&status);
+  EXPECT_TRUE(status["cluster"]["fenced"].is_string()) << status.dump();
+  EXPECT_NE(old_b.env().events.Render().find("cluster_fenced"), std::string::npos);
+  // The new holder's part of step7 counts.
+  Node new_b("b", &bucket, 0, true, nullptr, 100'000'000, nullptr, 0, 0, "cache-b2", 2);
+  const uint64_t s7 = a.Step("step7");
+  WriteFile(a.fs(), s7, "x", "AAA");
+  WriteFile(new_b.fs(), new_b.Step("step7"), "z", "NEW");
+  new_b.Background();
+  a.Commit(s7);
+  ASSERT_EQ(a.State(s7), "committed") << a.Xattr(s7, "user.ckptfs.error");
+  EXPECT_EQ(a.Xattr(s7, "user.ckptfs.files"), "2");
 }
 
 // A data store whose SyncFiles fails while `fail` is set (a disk error).
@@ -1122,9 +1184,10 @@ TEST(ClusterScaleTest, RequestsOfOneStepAndOfAnIdleHour) {
   // nobody uses makes none.
   EXPECT_LE(worst_save.puts, 2u) << "the first open's, then the book's one PUT for the closes";
   EXPECT_EQ(worst_save.gets, 0u);
-  EXPECT_LE(worst_save.lists, 1u) << "the first lookup's refresh";
+  EXPECT_LE(worst_save.lists, 2u)
+      << "the first lookup's refresh, the first open's look at the node's own name (NodeFence)";
   EXPECT_LE(commit.gets, n_nodes) << "a GET of each other part, the decision's GET";
-  EXPECT_LE(commit.lists, 1u);
+  EXPECT_LE(commit.lists, 2u) << "the parts, the node registry (NodeFence)";
   EXPECT_LE(commit.puts, 2u) << "the decision, its index entry";
   EXPECT_EQ(per_node_learn.puts + per_node_learn.lists, 0u);
   EXPECT_EQ(per_node_learn.gets, 2u) << "the index entry, and the step's tombstone key (absent)";

@@ -1,8 +1,10 @@
 #include "cluster/cluster_join.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -143,42 +145,76 @@ Status CheckClusterFile(ObjectStore* store, std::string* pinned_body) {
   return Status::Ok();
 }
 
-Status Register(ObjectStore* store, const std::string& node, const std::string& cache_id,
-                const std::string& host) {
-  const std::string key = NodeRegistrationKey(node);
-  const std::string mine = EncodeNodeRegistration(node, cache_id, host);
-  auto decode = [&](const std::string& b) -> Status {
+// The name's registration at the highest epoch, or nullopt when it has
+// none; its epoch in *epoch.
+Result<std::optional<NodeRegistration>> ReadHolder(ObjectStore* store, const std::string& node,
+                                                   uint64_t* epoch) {
+  auto epochs = ListNodeEpochs(store, node);
+  if (!epochs.ok()) return epochs.status().Annotate("listing the registrations of " + node);
+  auto it = epochs->find(node);
+  *epoch = it == epochs->end() ? 0 : it->second;
+  if (*epoch == 0) return std::optional<NodeRegistration>();
+  const std::string key = NodeRegistrationKey(node, *epoch);
+  auto body = ReadValid(store, key, [&](const std::string& b) -> Status {
     auto r = DecodeNodeRegistration(b);
     if (!r.ok()) return r.status();
     if (r->node != node) {
       return Status::Error(EIO, "node registration: names node " + QuoteForMessage(r->node));
     }
     return Status::Ok();
+  });
+  if (!body.ok()) return body.status();
+  // Listed, then gone: the name was freed by hand meanwhile; read as free.
+  if (!body->has_value()) return std::optional<NodeRegistration>();
+  return std::optional<NodeRegistration>(*DecodeNodeRegistration(**body));
+}
+
+// Registers cache_id under node (steps 3 and 4 of the header) and returns
+// the epoch it holds.
+Result<uint64_t> Register(ObjectStore* store, const std::string& node, const std::string& cache_id,
+                          const std::string& host, bool replace, ClusterMembership* m) {
+  const std::string mine = EncodeNodeRegistration(node, cache_id, host);
+  auto taken_by = [&](const NodeRegistration& r, uint64_t epoch) {
+    return Status::Error(
+        EEXIST, "node name '" + node + "' is used by cache " + r.cache_id + " on host " +
+                    QuoteForMessage(r.host) + " (" + NodeRegistrationKey(node, epoch) +
+                    "); pick another --node, or, if that node is gone for good, mount with "
+                    "--replace-node to take its name over (its daemon, if it still runs, can "
+                    "then no longer write under it)");
   };
-  auto taken_by = [&](const NodeRegistration& r) {
-    return Status::Error(EEXIST, "node name '" + node + "' is used by cache " + r.cache_id +
-                                     " on host " + QuoteForMessage(r.host) +
-                                     "; pick another --node (or remove " + key +
-                                     " from the remote if that cache is gone)");
-  };
-  auto found = ReadValid(store, key, decode);
-  if (!found.ok()) return found.status();
-  if (found->has_value()) {
-    auto r = DecodeNodeRegistration(**found);
-    if (r->cache_id != cache_id) return taken_by(*r);
-    if (**found == mine) return Status::Ok();
-    // This cache, moved to another host: the record follows it.
-    return store->Put(key, mine).Annotate("writing " + key);
+  // A few rounds, only for a name freed by hand between the looks.
+  for (int round = 0; round < 3; ++round) {
+    uint64_t epoch = 0;
+    auto holder = ReadHolder(store, node, &epoch);
+    if (!holder.ok()) return holder.status();
+    if (holder->has_value() && (*holder)->cache_id == cache_id) {
+      const std::string key = NodeRegistrationKey(node, epoch);
+      if (EncodeNodeRegistration(node, cache_id, (*holder)->host) == mine) return epoch;
+      // This cache, moved to another host: the record follows it.
+      CKPTFS_RETURN_IF_ERROR(store->Put(key, mine).Annotate("writing " + key));
+      return epoch;
+    }
+    if (holder->has_value() && !replace) return taken_by(**holder, epoch);
+    // Free (epoch 0), or held by the cache this replacement saw: the next
+    // epoch, created only if nobody has it yet. A replacement replaces the
+    // holder it saw, never one that took the name meanwhile.
+    const uint64_t next = epoch + 1;
+    CKPTFS_RETURN_IF_ERROR(PutFirst(store, NodeRegistrationKey(node, next), mine));
+    // Read back: a cache that registered the same epoch at the same moment
+    // won (the condition holds: the mount checked) and is named here.
+    uint64_t now = 0;
+    auto back = ReadHolder(store, node, &now);
+    if (!back.ok()) return back.status();
+    if (!back->has_value()) continue;
+    if ((*back)->cache_id != cache_id) return taken_by(**back, now);
+    if (holder->has_value()) {
+      m->replaced_cache_id = (*holder)->cache_id;
+      m->replaced_host = (*holder)->host;
+    }
+    return now;
   }
-  CKPTFS_RETURN_IF_ERROR(PutFirst(store, key, mine));
-  // Read back: a cache that registered the name at the same moment won (the
-  // condition holds: the mount checked) and is named here.
-  auto back = ReadValid(store, key, decode);
-  if (!back.ok()) return back.status();
-  if (!back->has_value()) return Status::Error(EIO, key + " vanished right after it was written");
-  auto r = DecodeNodeRegistration(**back);
-  if (r->cache_id != cache_id) return taken_by(*r);
-  return Status::Ok();
+  return Status::Error(EAGAIN, "the registration of node name '" + node +
+                                   "' kept changing while this mount registered it; mount again");
 }
 
 }  // namespace
@@ -202,8 +238,54 @@ Result<std::string> DecodeClusterFile(const std::string& body) {
                                 " is neither \"conditional-put\" nor \"votes\"");
 }
 
-std::string NodeRegistrationKey(const std::string& node) {
-  return std::string(kNodeRegistryDir) + "/" + node + ".json";
+std::string NodeRegistrationKey(const std::string& node, uint64_t epoch) {
+  std::string key = std::string(kNodeRegistryDir) + "/" + node;
+  if (epoch > 1) key += "~" + std::to_string(epoch);
+  return key + ".json";
+}
+
+bool ParseNodeRegistrationKey(const std::string& key, std::string* node, uint64_t* epoch) {
+  const std::string dir = std::string(kNodeRegistryDir) + "/";
+  constexpr std::string_view kSuffix = ".json";
+  if (key.size() <= dir.size() + kSuffix.size() || key.compare(0, dir.size(), dir) != 0 ||
+      key.compare(key.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+    return false;
+  }
+  std::string name = key.substr(dir.size(), key.size() - dir.size() - kSuffix.size());
+  uint64_t e = 1;
+  if (size_t tilde = name.find('~'); tilde != std::string::npos) {
+    const std::string digits = name.substr(tilde + 1);
+    // Epochs above 1 only, written without leading zeros: one key per epoch.
+    if (digits.empty() || digits.size() > 18 || digits[0] < '1' || digits[0] > '9' ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    e = std::stoull(digits);
+    if (e < 2) return false;
+    name.resize(tilde);
+  }
+  if (!ValidateNodeName(name).ok()) return false;
+  *node = std::move(name);
+  *epoch = e;
+  return true;
+}
+
+Result<std::map<std::string, uint64_t>> ListNodeEpochs(ObjectStore* store,
+                                                       const std::string& node) {
+  // A name's own prefix also lists longer names ("gpu-1" lists "gpu-10"):
+  // the keys are parsed, and only the asked name kept.
+  auto listed = store->List(std::string(kNodeRegistryDir) + "/" + node);
+  if (!listed.ok()) return listed.status();
+  std::map<std::string, uint64_t> epochs;
+  for (const ObjectInfo& obj : *listed) {
+    std::string name;
+    uint64_t epoch = 0;
+    if (!ParseNodeRegistrationKey(obj.key, &name, &epoch)) continue;
+    if (!node.empty() && name != node) continue;
+    uint64_t& top = epochs[name];
+    top = std::max(top, epoch);
+  }
+  return epochs;
 }
 
 std::string EncodeNodeRegistration(const std::string& node, const std::string& cache_id,
@@ -230,7 +312,8 @@ Result<NodeRegistration> DecodeNodeRegistration(const std::string& body) {
 }
 
 Result<ClusterMembership> JoinCluster(ObjectStore* store, const std::string& node,
-                                      const std::string& cache_id, const std::string& host) {
+                                      const std::string& cache_id, const std::string& host,
+                                      bool replace) {
   CKPTFS_RETURN_IF_ERROR(ValidateNodeName(node));
   if (cache_id.empty()) return Status::Error(EINVAL, "JoinCluster: empty cache id");
   const std::string where = "joining the cluster in " + store->Describe() + " as node " + node;
@@ -243,8 +326,9 @@ Result<ClusterMembership> JoinCluster(ObjectStore* store, const std::string& nod
   m.probe = *probe;
   CKPTFS_RETURN_IF_ERROR(RequireConditionalPut(m.probe).Annotate(where));
   CKPTFS_RETURN_IF_ERROR(CheckClusterFile(store, &m.cluster_json).Annotate(where));
-  Status registered = Register(store, node, cache_id, host);
-  if (!registered.ok()) return registered.Annotate(where);
+  auto epoch = Register(store, node, cache_id, host, replace, &m);
+  if (!epoch.ok()) return epoch.status().Annotate(where);
+  m.epoch = *epoch;
   return m;
 }
 

@@ -13,6 +13,14 @@
 //     two caches registering one name at once exactly one gets it. Another
 //     cache under the same name is refused, because two caches publishing
 //     parts as one node would overwrite each other's part records.
+//  4. Or, with --replace-node, take the name over from the cache that holds
+//     it: a registration at the next *epoch*, `.ckptfs-nodes/<node>~<E>.json`,
+//     again a conditional create, so of two replacements at once exactly one
+//     wins. The holder of a name is the cache of its highest epoch, and the
+//     epoch is the name's fencing token: every part record carries its
+//     node's epoch, and a gather drops a part whose epoch is lower than the
+//     name's (ClusterBook::GatherParts), so a replaced daemon that still
+//     runs can no longer put anything into a step.
 //
 // Bodies are canonical (fixed key order, compact, "\n"), so nodes writing
 // the same content write the same bytes. Readers retry a body that does not
@@ -20,6 +28,8 @@
 // before calling it damaged.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "common/status.h"
@@ -39,6 +49,11 @@ struct ClusterMembership {
   ConditionalPut probe = ConditionalPut::kUnsupported;  // what this node found
   std::string cluster_json;                             // the pinned file's bytes
   std::string cache_id;                                 // this node's cache (set by the mount)
+  uint64_t epoch = 1;  // the name's epoch this cache holds (the fencing token)
+  // With --replace-node, the cache this one took the name over from ("" =
+  // none: the name was free or already this cache's).
+  std::string replaced_cache_id;
+  std::string replaced_host;
 };
 
 // The bytes of .ckptfs-cluster.json this build writes ("conditional-put").
@@ -48,8 +63,16 @@ std::string EncodeClusterFile();
 // keys are ignored, a newer version is refused).
 Result<std::string> DecodeClusterFile(const std::string& body);
 
-// `.ckptfs-nodes/<node>.json`, and its body.
-std::string NodeRegistrationKey(const std::string& node);
+// `.ckptfs-nodes/<node>.json` (epoch 1) or `.ckptfs-nodes/<node>~<epoch>.json`
+// (a replacement; `~` is not in node names), and its body.
+std::string NodeRegistrationKey(const std::string& node, uint64_t epoch = 1);
+// false for keys that are not registrations (the probe's scratch keys,
+// anything else under the directory).
+bool ParseNodeRegistrationKey(const std::string& key, std::string* node, uint64_t* epoch);
+// Each registered node's highest epoch, from one LIST of `.ckptfs-nodes/`
+// (one request per 1,000 names); with node given, of that name only.
+Result<std::map<std::string, uint64_t>> ListNodeEpochs(ObjectStore* store,
+                                                       const std::string& node = "");
 std::string EncodeNodeRegistration(const std::string& node, const std::string& cache_id,
                                    const std::string& host);
 struct NodeRegistration {
@@ -60,15 +83,19 @@ struct NodeRegistration {
 // EIO "node registration: <why>".
 Result<NodeRegistration> DecodeNodeRegistration(const std::string& body);
 
-// Steps 1-3 above for this node (a valid node name), whose cache has
-// cache_id, on host (for the message another cache gets). Errors:
+// Steps 1-3 above (1, 2 and 4 with replace) for this node (a valid node
+// name), whose cache has cache_id, on host (for the message another cache
+// gets). replace is a no-op where the name is free or this cache's already.
+// Errors:
 //  * EOPNOTSUPP: the store does not honour conditional puts, or the bucket
 //    is pinned to votes;
-//  * EEXIST: another cache is registered under the name;
+//  * EEXIST: another cache holds the name (without replace), or another
+//    replacement took it at the same moment;
 //  * EIO: a cluster file or registration that does not parse (the key is
 //    named);
 //  * the store's own errors (unreachable, denied), annotated.
 Result<ClusterMembership> JoinCluster(ObjectStore* store, const std::string& node,
-                                      const std::string& cache_id, const std::string& host);
+                                      const std::string& cache_id, const std::string& host,
+                                      bool replace = false);
 
 }  // namespace ckptfs

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -120,6 +121,113 @@ TEST(ClusterJoinTest, NodeNameOfAnotherCacheIsRefused) {
   EXPECT_NE(msg.find(".ckptfs-nodes/gpu-1.json"), std::string::npos) << msg;
   // The registration is untouched.
   EXPECT_NE(Body(&store, ".ckptfs-nodes/gpu-1.json").find("cache-one"), std::string::npos);
+}
+
+// SPEC section 9, "node names": --replace-node takes a held name over at
+// the next epoch; without it, the message says how.
+TEST(ClusterJoinTest, ReplaceNodeTakesTheNameOverAtTheNextEpoch) {
+  MemoryObjectStore store;
+  auto one = JoinCluster(&store, "gpu-1", "cache-one", "alpha");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->epoch, 1u);
+  auto refused = JoinCluster(&store, "gpu-1", "cache-two", "beta");
+  ASSERT_EQ(refused.err(), EEXIST);
+  EXPECT_NE(refused.status().message().find("mount with --replace-node"), std::string::npos)
+      << refused.status().message();
+  auto two = JoinCluster(&store, "gpu-1", "cache-two", "beta", /*replace=*/true);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->epoch, 2u);
+  EXPECT_EQ(two->replaced_cache_id, "cache-one");
+  EXPECT_EQ(two->replaced_host, "alpha");
+  EXPECT_NE(Body(&store, ".ckptfs-nodes/gpu-1~2.json").find("cache-two"), std::string::npos);
+  // The old cache is now the one refused, and the new one mounts again
+  // (with or without the flag) at its epoch, writing nothing.
+  auto old = JoinCluster(&store, "gpu-1", "cache-one", "alpha");
+  ASSERT_EQ(old.err(), EEXIST);
+  EXPECT_NE(old.status().message().find("cache-two"), std::string::npos) << old.status().message();
+  const size_t puts = store.put_calls();
+  for (bool replace : {false, true}) {
+    auto again = JoinCluster(&store, "gpu-1", "cache-two", "beta", replace);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->epoch, 2u);
+    EXPECT_TRUE(again->replaced_cache_id.empty());
+  }
+  EXPECT_EQ(store.put_calls(), puts + 4);  // the two probes' puts only
+  // Taking it back is a third epoch; a free name with the flag is epoch 1.
+  auto back = JoinCluster(&store, "gpu-1", "cache-one", "alpha", true);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->epoch, 3u);
+  auto fresh = JoinCluster(&store, "gpu-2", "cache-three", "gamma", true);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(fresh->epoch, 1u);
+  EXPECT_TRUE(fresh->replaced_cache_id.empty());
+  auto epochs = ListNodeEpochs(&store);
+  ASSERT_TRUE(epochs.ok());
+  EXPECT_EQ(*epochs, (std::map<std::string, uint64_t>{{"gpu-1", 3}, {"gpu-2", 1}}));
+}
+
+// Replacements racing: a replacement replaces the holder it saw, so of
+// those that saw the same holder exactly one wins; one that starts after
+// another ended replaces it in turn, at the next epoch. No two caches ever
+// hold one epoch, and the name ends with the highest winner.
+TEST(ClusterJoinTest, RacingReplacementsNeverShareAnEpoch) {
+  for (int round = 0; round < 20; round++) {
+    MemoryObjectStore store;
+    ASSERT_TRUE(JoinCluster(&store, "n", "dead", "h").ok());
+    constexpr int kCaches = 6;
+    std::vector<Result<ClusterMembership>> got(kCaches, Status::Error(EIO, "not run"));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kCaches; i++) {
+      threads.emplace_back([&, i] {
+        got[i] = JoinCluster(&store, "n", "cache-" + std::to_string(i), "h", /*replace=*/true);
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::map<uint64_t, std::string> winners;  // epoch -> cache
+    for (int i = 0; i < kCaches; i++) {
+      if (got[i].ok()) {
+        EXPECT_GE(got[i]->epoch, 2u);
+        EXPECT_TRUE(winners.emplace(got[i]->epoch, "cache-" + std::to_string(i)).second)
+            << "two caches hold epoch " << got[i]->epoch << " in round " << round;
+      } else {
+        EXPECT_EQ(got[i].err(), EEXIST) << got[i].status().ToString();
+      }
+    }
+    ASSERT_FALSE(winners.empty()) << "round " << round;
+    auto epochs = ListNodeEpochs(&store, "n");
+    ASSERT_TRUE(epochs.ok());
+    EXPECT_EQ(epochs->at("n"), winners.rbegin()->first);
+    EXPECT_NE(Body(&store, NodeRegistrationKey("n", winners.rbegin()->first))
+                  .find(winners.rbegin()->second),
+              std::string::npos);
+  }
+}
+
+TEST(ClusterJoinTest, RegistrationKeys) {
+  EXPECT_EQ(NodeRegistrationKey("gpu-1"), ".ckptfs-nodes/gpu-1.json");
+  EXPECT_EQ(NodeRegistrationKey("gpu-1", 1), ".ckptfs-nodes/gpu-1.json");
+  EXPECT_EQ(NodeRegistrationKey("gpu-1", 12), ".ckptfs-nodes/gpu-1~12.json");
+  std::string node;
+  uint64_t epoch = 0;
+  ASSERT_TRUE(ParseNodeRegistrationKey(".ckptfs-nodes/gpu-1~12.json", &node, &epoch));
+  EXPECT_EQ(node, "gpu-1");
+  EXPECT_EQ(epoch, 12u);
+  ASSERT_TRUE(ParseNodeRegistrationKey(".ckptfs-nodes/a.b.json", &node, &epoch));
+  EXPECT_EQ(node, "a.b");
+  EXPECT_EQ(epoch, 1u);
+  for (const char* bad :
+       {".ckptfs-nodes/a~1.json", ".ckptfs-nodes/a~01.json", ".ckptfs-nodes/a~.json",
+        ".ckptfs-nodes/a~x.json", ".ckptfs-nodes/.json", ".ckptfs-nodes/a", ".ckptfs-probe/a.json",
+        ".ckptfs-nodes/a/b.json", ".ckptfs-nodes/~2.json"}) {
+    EXPECT_FALSE(ParseNodeRegistrationKey(bad, &node, &epoch)) << bad;
+  }
+  // A name's own listing does not take a longer name for it.
+  MemoryObjectStore store;
+  ASSERT_TRUE(store.Put(".ckptfs-nodes/gpu-1.json", "x").ok());
+  ASSERT_TRUE(store.Put(".ckptfs-nodes/gpu-10~5.json", "x").ok());
+  auto one = ListNodeEpochs(&store, "gpu-1");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, (std::map<std::string, uint64_t>{{"gpu-1", 1}}));
 }
 
 TEST(ClusterJoinTest, SameCacheJoinsAgainAndFollowsAHostChange) {

@@ -441,6 +441,7 @@ Status ValidatePartRecord(const PartRecord& r) {
     if (c <= 0x20 || c >= 0x7f)
       return Bad(k, "cache_id", QuoteForMessage(r.cache_id) + " is not printable ASCII without spaces");
   }
+  if (r.epoch == 0) return Bad(k, "epoch", "is 0 (a node name's epochs start at 1)");
   CKPTFS_RETURN_IF_ERROR(CheckPath(k, "step_path", r.step_path));
   if (!r.staged_as.empty()) CKPTFS_RETURN_IF_ERROR(CheckPath(k, "staged_as", r.staged_as));
   CKPTFS_RETURN_IF_ERROR(CheckTime(k, "published_at", r.published_at));
@@ -498,6 +499,7 @@ std::string EncodePartRecord(const PartRecord& r) {
       {"version", kFormatVersion},
       {"node", Text(r.node)},
       {"cache_id", Text(r.cache_id)},
+      {"epoch", r.epoch},
       {"step_path", Text(r.step_path)},
       {"seq", r.seq},
       {"staged_as", Text(r.staged_as)},
@@ -523,6 +525,7 @@ Result<PartRecord> DecodePartRecord(const std::string& json) {
     PartRecord r;
     CKPTFS_RETURN_IF_ERROR(top.String("node", &r.node));
     CKPTFS_RETURN_IF_ERROR(top.String("cache_id", &r.cache_id));
+    CKPTFS_RETURN_IF_ERROR(top.Uint("epoch", UINT64_MAX, &r.epoch));
     CKPTFS_RETURN_IF_ERROR(top.String("step_path", &r.step_path));
     CKPTFS_RETURN_IF_ERROR(top.Uint("seq", UINT64_MAX, &r.seq));
     CKPTFS_RETURN_IF_ERROR(top.String("staged_as", &r.staged_as));

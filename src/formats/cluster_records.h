@@ -58,6 +58,10 @@ inline constexpr size_t kMaxProposalNonceLength = 64;
 struct PartRecord {
   std::string node;           // ValidateNodeName
   std::string cache_id;       // the node's cache (1-4096 printable ASCII characters, no space)
+  // The node name's epoch its cache holds (>= 1; ClusterMembership::epoch):
+  // a gather drops a part whose epoch is below the name's, the part of a
+  // daemon whose name was taken over with --replace-node.
+  uint64_t epoch = 1;
   std::string step_path;      // relative to the remote prefix, e.g. "run1/step100"
   uint64_t seq = 0;           // grows with every publication of this part
   std::string staged_as;      // the staging directory the files sit in ("" = none)

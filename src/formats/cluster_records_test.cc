@@ -19,6 +19,7 @@ PartRecord SamplePart() {
   PartRecord r;
   r.node = "gpu-017";
   r.cache_id = "0b6f3c1e-2a4d-4b8e-9c1f-5d7a8e9f0a1b";
+  r.epoch = 3;
   r.step_path = "run/step100";
   r.seq = 7;
   r.staged_as = "step100-tmp";
@@ -139,7 +140,8 @@ TEST(ClusterRecordPart, EncodingIsCanonical) {
   tiny.synced = true;
   EXPECT_EQ(
       EncodePartRecord(tiny),
-      "{\"format\":\"ckptfs-part\",\"version\":1,\"node\":\"n1\",\"cache_id\":\"c\",\"step_path\":"
+      "{\"format\":\"ckptfs-part\",\"version\":1,\"node\":\"n1\",\"cache_id\":\"c\",\"epoch\":1,"
+      "\"step_path\":"
       "\"r/s1\","
       "\"seq\":1,\"staged_as\":\"\",\"published_at\":1.5,\"open_writers\":0,\"last_activity\":2.0,"
       "\"files\":[{\"path\":\"f\",\"size\":3,\"mode\":420,\"mtime_ns\":4,\"crc32c\":\"abcdef01\","
@@ -257,6 +259,9 @@ TEST(ClusterRecordPart, RefusesBadCrcsAndChunks) {
                 }),
                 "synced", "2 open writer(s)");
   ExpectRefused(DecodeEditedPart([](json& j) { j.erase("synced"); }), "synced");
+  // The fencing token: required, and epochs start at 1.
+  ExpectRefused(DecodeEditedPart([](json& j) { j["epoch"] = 0; }), "epoch", "is 0");
+  ExpectRefused(DecodeEditedPart([](json& j) { j.erase("epoch"); }), "epoch");
 }
 
 TEST(ClusterRecordPart, RefusesPathsOutsideTheStep) {

@@ -103,6 +103,9 @@ std::string FileSystemCore::FirstWriterPublicationLocked(uint64_t ino) {
 Status FileSystem::PublishPartOf(const std::string& step_path, bool watch) {
   if (step_path.empty() || !cluster_) return Status::Ok();
   Status st = cluster_->PublishPart(step_path);
+  // This mount's node name was taken over (--replace-node): it is read-only
+  // for the cluster's steps, and says why (the book logged it once).
+  if (st.err() == EROFS) return st;
   if (!st.ok()) {
     // The trainer's close fails: its file is on this node's disk, but the
     // committing node could not know of it, so the save must not go on as if

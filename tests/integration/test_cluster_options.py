@@ -8,9 +8,11 @@ and status.json shows how; a store that ignores conditional writes (s3rver) is r
 a message that says why; a second cache under a taken name is refused, also when both mount
 at once; a cache stays bound to the node of its first cluster mount.
 """
+import errno
 import json
 import os
 import threading
+import time
 
 import pytest
 
@@ -102,7 +104,7 @@ def test_node_joins_and_status_shows_it(make_ckptfs, s3):
     requests = cluster.pop("requests")
     assert cluster.pop("closes_published_later") == 0, cluster
     assert cluster == {"node": "a", "conditional_put": "supported", "refresh_s": 2.5,
-                       "job_nodes": 4}, cluster
+                       "job_nodes": 4, "epoch": 1, "fenced": None}, cluster
     # What the node asked of the bucket, by kind; status.json's own lookup may refresh (1 LIST).
     assert set(requests) == {"part_puts", "part_gets", "lists", "index_puts", "index_gets", "decisions",
                              "refreshes", "deletes", "commit_watch_gets", "run_file_puts",
@@ -183,6 +185,69 @@ def test_two_daemons_mounting_one_name_at_once_never_both_come_up(make_ckptfs, s
         for m in mounts:
             if m.mounted:
                 m.umount()
+
+
+def test_replace_node_takes_a_dead_nodes_name_and_fences_its_old_daemon(make_ckptfs, s3):
+    """SPEC section 9, node names: a replacement takes a node's name only when told to
+    (--replace-node), and the old holder can no longer write under it. Node b's old daemon
+    keeps running (a node cut off and thought dead): its file in step6 stays out of the
+    commit, and its next first open of a step fails with EROFS saying why."""
+    args = [*s3_args(s3), "--refresh", "0.2"]
+    a = make_ckptfs(*args, "--node", "a")
+    old_b = make_ckptfs(*args, "--node", "b")
+    old_cache_id = json.loads(s3.get("team/exp/.ckptfs-nodes/b.json"))["cache_id"]
+    os.makedirs(a.path("run/step6"))
+    os.makedirs(old_b.path("run/step6"), exist_ok=True)
+    with open(old_b.path("run/step6/stale.bin"), "wb") as f:
+        f.write(b"old daemon")
+
+    new_b = make_ckptfs(*args, "--node", "b", start=False)
+    refused(new_b, "node name 'b' is used by cache", "mount with --replace-node")
+    new_b.start(args=[*args, "--node", "b", "--replace-node"])
+    assert new_b.status()["cluster"]["epoch"] == 2
+    joins = [e for e in new_b.events() if e.get("event") == "cluster_join"]
+    assert joins[-1]["replaced_cache_id"] == old_cache_id and joins[-1]["epoch"] == 2, joins
+    assert "team/exp/.ckptfs-nodes/b~2.json" in s3.keys("team/exp/")
+
+    # The old daemon: no new step takes its writes, and it says why.
+    os.makedirs(old_b.path("run/step7"), exist_ok=True)
+    with pytest.raises(OSError) as e:
+        open(old_b.path("run/step7/x.bin"), "wb")
+    assert e.value.errno == errno.EROFS, e.value
+    fenced = old_b.status()["cluster"]["fenced"]
+    assert fenced and "taken over by another cache with --replace-node" in fenced, fenced
+    assert [e for e in old_b.events() if e.get("kind") == "cluster_fenced"], old_b.events()
+
+    # Step 6 commits with a's file, never the old daemon's.
+    with open(a.path("run/step6/a.bin"), "wb") as f:
+        f.write(b"from a")
+    r = a.commit("run/step6", timeout=60)
+    assert r.returncode == 0, r.stderr
+    a.wait_state("run/step6", "committed", timeout=30)
+    assert os.listdir(a.path("run/step6")) == ["a.bin"], os.listdir(a.path("run/step6"))
+    dropped = [e for e in a.events() if e.get("kind") == "cluster_fenced_part"]
+    assert dropped and dropped[0]["node"] == "b" and dropped[0]["epoch"] == 1, a.events()
+    new_b.wait_state("run/step6", "committed", timeout=30)
+    assert os.listdir(new_b.path("run/step6")) == ["a.bin"], os.listdir(new_b.path("run/step6"))
+
+    # The new holder's files count: step 8 commits with both.
+    os.makedirs(a.path("run/step8"))
+    with open(a.path("run/step8/a.bin"), "wb") as f:
+        f.write(b"from a")
+    os.makedirs(new_b.path("run/step8"), exist_ok=True)
+    with open(new_b.path("run/step8/b.bin"), "wb") as f:
+        f.write(b"from the new b")
+    time.sleep(1.5)  # the new b's part made durable and put again by its thread
+    r = a.commit("run/step8", timeout=60)
+    assert r.returncode == 0, r.stderr
+    for m in (a, new_b):
+        m.wait_state("run/step8", "committed", timeout=30)
+        assert sorted(os.listdir(m.path("run/step8"))) == ["a.bin", "b.bin"], os.listdir(m.path("run/step8"))
+    with open(a.path("run/step8/b.bin"), "rb") as f:
+        assert f.read() == b"from the new b"
+    # A restart of the old cache without the flag is refused, naming the new holder.
+    old_b.umount()
+    refused(old_b, "node name 'b' is used by cache", "b~2.json")
 
 
 def test_mount_without_node_is_unchanged(make_ckptfs, s3):
