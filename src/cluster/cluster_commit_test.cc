@@ -23,6 +23,7 @@
 #include "common/crc32c.h"
 #include "common/time_convert.h"
 #include "data/memory_data_store.h"
+#include "formats/formats_test_util.h"
 #include "namespace/fs_test_env.h"
 #include "remote/memory_object_store.h"
 
@@ -432,6 +433,41 @@ TEST(ClusterCommitTest, AReplacedNodesPartNeverEntersACommitAndItsDaemonTurnsRea
   a.Commit(s7);
   ASSERT_EQ(a.State(s7), "committed") << a.Xattr(s7, "user.ckptfs.error");
   EXPECT_EQ(a.Xattr(s7, "user.ckptfs.files"), "2");
+}
+
+// SPEC section 9, "one save, one step": an abandoned attempt with more ranks
+// left __2_0.distcp on node b; the re-save (2 ranks, on node a) writes its
+// shards and .metadata, which names only its own. The stale shard never
+// enters the commit, and node b drops its copy when it applies the record.
+TEST(ClusterCommitTest, AShardTheMetadataDoesNotNameIsAnotherSavesAndStaysOut) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  const std::string fixture = testing::DcpTestdata("torch-2.14/dcp_default");
+  auto bytes = [&](const std::string& name) {
+    std::string data;
+    EXPECT_TRUE(testing::ReadTestFile(fixture + "/" + name, &data)) << name;
+    return data;
+  };
+  const uint64_t step_b = b.Step("step5");
+  WriteFile(b.fs(), step_b, "__2_0.distcp", "attempt 1's rank 2");  // abandoned
+  WriteFile(b.fs(), step_b, "__1_0.distcp", bytes("__1_0.distcp"));
+  b.Background();
+  const uint64_t step_a = a.Step("step5");
+  WriteFile(a.fs(), step_a, "__0_0.distcp", bytes("__0_0.distcp"));
+  WriteFile(a.fs(), step_a, ".metadata", bytes(".metadata"));  // the marker: commits
+  a.env().DrainCommits();
+  ASSERT_EQ(a.State(step_a), "committed") << a.Xattr(step_a, "user.ckptfs.error");
+  EXPECT_EQ(a.Xattr(step_a, "user.ckptfs.files"), "3");
+  EXPECT_NE(a.env().events.Render().find("cluster_stale_shard"), std::string::npos)
+      << a.env().events.Render();
+  EXPECT_EQ(a.fs().Lookup(step_a, "__2_0.distcp").status().err(), ENOENT);
+  // Node b learns the commit, and its stale copy goes with it.
+  ASSERT_EQ(b.State(step_b), "committed") << b.Xattr(step_b, "user.ckptfs.error");
+  EXPECT_EQ(b.fs().Lookup(step_b, "__2_0.distcp").status().err(), ENOENT);
+  auto kept = b.fs().Lookup(step_b, "__1_0.distcp");
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(ReadFile(b.fs(), kept->ino), bytes("__1_0.distcp"));
 }
 
 // A data store whose SyncFiles fails while `fail` is set (a disk error).

@@ -4,6 +4,7 @@
 #include <exception>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <vector>
 
 #include "formats/dcp_metadata.h"
@@ -102,9 +103,13 @@ Completeness CheckDcp(const StepFiles& step, const std::string& dir) {
     }
   }
   if (findings.settled()) return findings.Outcome();
-  return Make(Verdict::kComplete, "DCP checkpoint " + meta_path + ": " +
-                                      std::to_string(needed.size()) + " files, " +
-                                      std::to_string(meta->storage.size()) + " items");
+  Completeness c = Make(Verdict::kComplete, "DCP checkpoint " + meta_path + ": " +
+                                                std::to_string(needed.size()) + " files, " +
+                                                std::to_string(meta->storage.size()) + " items");
+  ListedShards listed{ListedShards::Family::kDcp, dir, {}};
+  for (const auto& [rel, need] : needed) listed.paths.insert(dir + rel);
+  c.listed_shards.push_back(std::move(listed));
+  return c;
 }
 
 // ---- OLMo-core safetensors format ------------------------------------------
@@ -222,9 +227,13 @@ Completeness CheckOlmoSafetensors(const StepFiles& step, const std::string& dir,
     CheckSafetensorsFile(step, dir + file, expected, &findings);
   }
   if (findings.settled()) return findings.Outcome();
-  return Make(Verdict::kComplete, "OLMo-core safetensors checkpoint " + meta_path + ": " +
-                                      std::to_string(per_file.size()) + " files, " +
-                                      std::to_string(tensors.size()) + " tensors");
+  Completeness c = Make(Verdict::kComplete, "OLMo-core safetensors checkpoint " + meta_path + ": " +
+                                                std::to_string(per_file.size()) + " files, " +
+                                                std::to_string(tensors.size()) + " tensors");
+  ListedShards listed{ListedShards::Family::kSafetensorsRank, dir, {}};
+  for (const auto& [file, expected] : per_file) listed.paths.insert(dir + file);
+  c.listed_shards.push_back(std::move(listed));
+  return c;
 }
 
 // `dir`metadata.json: OLMo-core safetensors, Megatron torch_dist, or unknown.
@@ -261,6 +270,7 @@ Completeness CheckOlmoTrainer(const StepFiles& step, uint64_t size) {
   if (!step.FileSize("train/rank0.pt"))
     return Make(Verdict::kWaiting, "waiting for train/rank0.pt");
   Completeness done = Make(Verdict::kComplete, "OLMo-core trainer checkpoint; " + dcp.reason);
+  done.listed_shards = std::move(dcp.listed_shards);
   const auto eph = doc->find("ephemeral");
   done.ephemeral = eph != doc->end() && eph->is_boolean() && eph->get<bool>();
   return done;
@@ -271,6 +281,7 @@ Completeness CheckOlmoTrainer(const StepFiles& step, uint64_t size) {
 std::optional<Completeness> CheckOlmoModelAndOptim(const StepFiles& step) {
   std::optional<Completeness> waiting;
   std::string done;
+  std::vector<ListedShards> listed;
   bool any = false;
   for (const std::string dir : {"model/", "optim/"}) {
     Completeness c;
@@ -285,7 +296,10 @@ std::optional<Completeness> CheckOlmoModelAndOptim(const StepFiles& step) {
     if (c.verdict == Verdict::kBroken) return c;
     if (c.verdict == Verdict::kWaiting && !waiting) waiting = c;
     if (c.verdict == Verdict::kUnknownFormat) return c;
-    if (c.verdict == Verdict::kComplete) done += (done.empty() ? "" : "; ") + c.reason;
+    if (c.verdict == Verdict::kComplete) {
+      done += (done.empty() ? "" : "; ") + c.reason;
+      for (auto& l : c.listed_shards) listed.push_back(std::move(l));
+    }
   }
   if (!any) return std::nullopt;
   if (waiting) return waiting;
@@ -295,7 +309,9 @@ std::optional<Completeness> CheckOlmoModelAndOptim(const StepFiles& step) {
     c.layout_only = true;
     return c;
   }
-  return Make(Verdict::kComplete, done);
+  Completeness complete = Make(Verdict::kComplete, done);
+  complete.listed_shards = std::move(listed);
+  return complete;
 }
 
 // ---- RecIS -----------------------------------------------------------------
@@ -319,6 +335,10 @@ Completeness CheckRecis(const StepFiles& step, uint64_t size) {
   if (findings.settled()) return findings.Outcome();
   Completeness c = Make(Verdict::kComplete, "RecIS checkpoint: " + std::to_string(shards) + " io_state shards");
   c.lists_every_file = false;  // model.pt, extra.pt and sparse files are named nowhere
+  ListedShards listed{ListedShards::Family::kRecisIoState, "", {}};
+  for (uint64_t i = 0; i < shards; ++i)
+    listed.paths.insert("io_state_" + std::to_string(i) + ".pt");
+  c.listed_shards.push_back(std::move(listed));
   return c;
 }
 
@@ -357,6 +377,54 @@ Completeness Check(const StepFiles& step) {
 }
 
 }  // namespace
+
+namespace {
+
+// name (no '/') as <prefix><digits><middle><digits><suffix>, middle "" meaning
+// a single run of digits.
+bool NumberedName(std::string_view name, std::string_view prefix, std::string_view middle,
+                  std::string_view suffix) {
+  auto digits = [&](std::string_view* s) {
+    size_t n = 0;
+    while (n < s->size() && (*s)[n] >= '0' && (*s)[n] <= '9') n++;
+    if (n == 0 || n > 9) return false;
+    s->remove_prefix(n);
+    return true;
+  };
+  if (name.substr(0, prefix.size()) != prefix) return false;
+  name.remove_prefix(prefix.size());
+  if (!digits(&name)) return false;
+  if (!middle.empty()) {
+    if (name.substr(0, middle.size()) != middle) return false;
+    name.remove_prefix(middle.size());
+    if (!digits(&name)) return false;
+  }
+  return name == suffix;
+}
+
+}  // namespace
+
+bool IsUnlistedShard(const std::vector<ListedShards>& shards, const std::string& rel_path) {
+  for (const ListedShards& l : shards) {
+    if (rel_path.compare(0, l.dir.size(), l.dir) != 0) continue;
+    const std::string_view name = std::string_view(rel_path).substr(l.dir.size());
+    if (name.find('/') != std::string_view::npos) continue;
+    bool of_family = false;
+    switch (l.family) {
+      case ListedShards::Family::kDcp:
+        of_family = NumberedName(name, "__", "_", ".distcp");
+        break;
+      case ListedShards::Family::kSafetensorsRank:
+        of_family = NumberedName(name, "rank_", "", ".safetensors");
+        break;
+      case ListedShards::Family::kRecisIoState:
+        of_family = NumberedName(name, "io_state_", "", ".pt");
+        break;
+    }
+    if (of_family && !l.paths.count(rel_path)) return true;
+  }
+  return false;
+}
 
 const char* CompletenessVerdictName(Completeness::Verdict verdict) {
   switch (verdict) {

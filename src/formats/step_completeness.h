@@ -56,7 +56,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -77,6 +79,24 @@ class StepFiles {
                                         uint64_t length) const = 0;
 };
 
+// The shard files a format's metadata names in one directory (SPEC section 9,
+// "one save, one step"): a file there whose name is of the family's pattern
+// but that the metadata does not name is a shard of another save of the step
+// (an abandoned attempt with more ranks), never of this one.
+struct ListedShards {
+  enum class Family {
+    kDcp,              // __<rank>_<n>.distcp, named by .metadata
+    kSafetensorsRank,  // rank_<n>.safetensors, named by OLMo-core's metadata.json
+    kRecisIoState,     // io_state_<n>.pt, counted by io_state_count
+  } family;
+  std::string dir;              // relative to the step, "" or ending in '/'
+  std::set<std::string> paths;  // relative to the step
+};
+
+// Whether rel_path (relative to the step) is a shard of a family in shards,
+// in its directory, that its metadata does not name.
+bool IsUnlistedShard(const std::vector<ListedShards>& shards, const std::string& rel_path);
+
 struct Completeness {
   enum class Verdict { kComplete, kWaiting, kBroken, kUnknownFormat } verdict;
   // Why: for kWaiting/kBroken the text for user.ckptfs.error and events; for
@@ -96,6 +116,8 @@ struct Completeness {
   // The checkpoint the trainer calls best, as this step recorded it
   // (Hugging Face best_model_checkpoint, directory name only); "" = none.
   std::string best_ref;
+  // kComplete: the shards the metadata names, per directory and family.
+  std::vector<ListedShards> listed_shards;
 };
 
 const char* CompletenessVerdictName(Completeness::Verdict verdict);

@@ -209,6 +209,52 @@ TEST(StepCompletenessTest, RecisIoStateShards) {
   EXPECT_EQ(CheckStepCompleteness(step).verdict, Verdict::kComplete);
 }
 
+// SPEC section 9, "one save, one step": the shards a format's metadata names,
+// so that a shard it does not name (an abandoned attempt with more ranks) is
+// known for another save's.
+TEST(StepCompletenessTest, ListedShardsAreWhatTheMetadataNames) {
+  FakeStep dcp;
+  dcp.AddCase("torch-2.14/dcp_default");
+  Completeness c = CheckStepCompleteness(dcp);
+  ASSERT_EQ(c.verdict, Verdict::kComplete) << c.reason;
+  ASSERT_EQ(c.listed_shards.size(), 1u);
+  EXPECT_EQ(c.listed_shards[0].family, ListedShards::Family::kDcp);
+  EXPECT_EQ(c.listed_shards[0].paths, (std::set<std::string>{"__0_0.distcp", "__1_0.distcp"}));
+  EXPECT_TRUE(IsUnlistedShard(c.listed_shards, "__2_0.distcp"));
+  EXPECT_TRUE(IsUnlistedShard(c.listed_shards, "__17_3.distcp"));
+  for (const char* kept :
+       {"__0_0.distcp", "__1_0.distcp", ".metadata", "config.json", "__2_0.distcp.tmp",
+        "__x_0.distcp", "__2.distcp", "sub/__2_0.distcp", "io_state_5.pt", "rank_3.safetensors"}) {
+    EXPECT_FALSE(IsUnlistedShard(c.listed_shards, kept)) << kept;
+  }
+
+  FakeStep olmo;
+  olmo.files[".metadata.json"] = R"({"ephemeral": false, "version": "2.1.0"})";
+  olmo.AddCase("torch-2.14/dcp_default", "model_and_optim/");
+  olmo.files["train/rank0.pt"] = "zip";
+  c = CheckStepCompleteness(olmo);
+  ASSERT_EQ(c.verdict, Verdict::kComplete) << c.reason;
+  EXPECT_TRUE(IsUnlistedShard(c.listed_shards, "model_and_optim/__2_0.distcp"));
+  EXPECT_FALSE(IsUnlistedShard(c.listed_shards, "model_and_optim/__1_0.distcp"));
+  EXPECT_FALSE(IsUnlistedShard(c.listed_shards, "__2_0.distcp"));  // no DCP at the top
+  EXPECT_FALSE(IsUnlistedShard(c.listed_shards, "train/rank1.pt"));
+
+  FakeStep recis;
+  recis.files["io_state_count"] = "2";
+  recis.files["io_state_0.pt"] = "zip";
+  recis.files["io_state_1.pt"] = "zip";
+  c = CheckStepCompleteness(recis);
+  ASSERT_EQ(c.verdict, Verdict::kComplete) << c.reason;
+  EXPECT_TRUE(IsUnlistedShard(c.listed_shards, "io_state_2.pt"));
+  EXPECT_FALSE(IsUnlistedShard(c.listed_shards, "io_state_1.pt"));
+  EXPECT_FALSE(IsUnlistedShard(c.listed_shards, "model.pt"));
+
+  // Layouts that name no shards list none.
+  FakeStep hf;
+  hf.files["trainer_state.json"] = "{}";
+  EXPECT_TRUE(CheckStepCompleteness(hf).listed_shards.empty());
+}
+
 TEST(StepCompletenessTest, HuggingFaceTrainerState) {
   FakeStep step;
   step.files["model.safetensors"] = "x";
@@ -251,6 +297,9 @@ TEST(StepCompletenessTest, OlmoSafetensorsCompleteAndWaiting) {
   FakeStep step = OlmoSafetensorsStep();
   ExpectVerdict(step, Verdict::kComplete,
                 "OLMo-core safetensors checkpoint metadata.json: 2 files, 2 tensors");
+  const auto listed = CheckStepCompleteness(step).listed_shards;
+  EXPECT_TRUE(IsUnlistedShard(listed, "rank_2.safetensors"));
+  EXPECT_FALSE(IsUnlistedShard(listed, "rank_1.safetensors"));
 
   step.files.erase("rank_1.safetensors");
   ExpectVerdict(step, Verdict::kWaiting, "waiting for rank_1.safetensors");

@@ -305,6 +305,7 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   Completeness check = CheckStepCompleteness(PlanFiles(data_, steps_, *plan));
   plan->ephemeral = check.ephemeral;
   plan->best_ref = check.best_ref;
+  plan->listed_shards = check.listed_shards;
   using Verdict = Completeness::Verdict;
   // What only the layout suggests (OLMo-core's optim/ after model/) does not
   // hold a commit the user or --commit-idle asked for.

@@ -22,6 +22,7 @@
 
 #include "common/status.h"
 #include "formats/cluster_records.h"
+#include "formats/step_completeness.h"
 
 namespace ckptfs {
 
@@ -74,6 +75,11 @@ class CommitPort {
     // lists no files waits for that many nodes' parts.
     uint32_t job_nodes = 0;
     std::vector<PartRecord> other_parts;
+    // Set by the coordinator from the completeness check: the shards the
+    // step's metadata names. A shard of the same family it does not name is
+    // another save's, and DecideCluster leaves it out (SPEC section 9, "one
+    // save, one step").
+    std::vector<ListedShards> listed_shards;
     std::optional<ClusterStepRecord> decided;
   };
 

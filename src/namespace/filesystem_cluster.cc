@@ -333,9 +333,12 @@ Status FileSystemCore::ApplyClusterRecordLocked(uint64_t step_ino, const Cluster
     Inode* inode = inodes_.Find(ino);
     Inode* parent = inode ? inodes_.Find(inode->rec.parent) : nullptr;
     if (!inode || !parent) continue;
-    events_->Append({{"event", "warning"}, {"kind", "cluster_late_file"},
+    events_->Append({{"event", "warning"},
+                     {"kind", "cluster_late_file"},
                      {"path", record.step_path + "/" + path},
-                     {"error", "not in the step record the cluster decided; removed from the committed step"}});
+                     {"error",
+                      "not in the step record the cluster decided (opened after the decision, or a "
+                      "shard of another save); removed from the committed step"}});
     pending_invalidations_.emplace_back(parent->rec.ino, inode->name);
     inodes_.RemoveChild(parent, inode->name, clock_->Now(), batch);
     DropLinkLocked(inode, batch);
@@ -679,6 +682,18 @@ Status FileSystem::DecideCluster(CommitPlan* plan) {
     auto add_part = [&](const PartRecord& part) {
       proposal.parts[part.node] = ClusterStepRecord::Part{part.seq, 0};
       for (const auto& f : part.files) {
+        if (IsUnlistedShard(plan->listed_shards, f.path)) {
+          // A shard the metadata does not name: left by another save of the
+          // step (an abandoned attempt with more ranks); its node drops it
+          // when it applies the record.
+          events_->Append({{"event", "warning"},
+                           {"kind", "cluster_stale_shard"},
+                           {"path", plan->step_path + "/" + f.path},
+                           {"node", part.node},
+                           {"error", "a shard the step's metadata does not name, on node " +
+                                         part.node + ": another save's; left out of the step"}});
+          continue;
+        }
         ClusterStepRecord::File candidate{f.path, part.node, f.size, f.crc32c, f.mode, f.mtime_ns};
         auto [kept, added] = files.try_emplace(f.path, candidate);
         if (added) continue;

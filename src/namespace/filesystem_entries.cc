@@ -187,9 +187,15 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   child = inodes_.Find(it->second.ino);
   if (!child->children.empty()) return Status::Error(ENOTEMPTY, name + " is not empty");
   Transaction txn = BeginLocked();
-  if (steps_.count(child->rec.ino)) {
-    events_->Append({{"event", "delete"}, {"path", inodes_.PathOf(child->rec.ino)},
-                     {"step", steps_.Find(child->rec.ino)->step}});
+  if (StepRecord* step = steps_.Find(child->rec.ino)) {
+    if (step->state == StepState::kWriting || step->state == StepState::kDeleting) {
+      events_->Append(
+          {{"event", "delete"}, {"path", inodes_.PathOf(child->rec.ino)}, {"step", step->step}});
+    } else {
+      // A finished step with no files: nothing was unlinked in it, so its
+      // removal (remote copy, cluster announcement) starts here.
+      NoteDeletionLocked(child->rec.ino, txn.batch());
+    }
   } else {
     NoteDeletionLocked(parent, txn.batch());
   }

@@ -480,6 +480,30 @@ def test_a_shard_left_by_an_abandoned_attempt_never_enters_the_re_save(cluster, 
     dcp_load(c["c"].path("run/step5"), 4)
 
 
+def test_shards_of_an_abandoned_attempt_with_more_ranks_never_enter_the_re_save(cluster, dcp_ref):
+    """SPEC section 9, "one save, one step": attempt 1 of step6 ran with 6 ranks and left
+    ranks 4 and 5's shards on node b; attempt 2 runs with 4 ranks, whose `.metadata`
+    names only its own shards. The stale shards were committed with the step (and
+    uploaded); now they stay out of it on every node, in the bucket and on a cold node."""
+    c = cluster(2)
+    ref, _ = dcp_ref(4)
+    stale = {"__4_0.distcp": payload(3000, 4), "__5_0.distcp": payload(3000, 5)}
+    write_files(c["b"].path("run/step6"), stale)                       # attempt 1, abandoned
+    halves = split_dcp(ref, {"a": {0, 1}, "b": {2, 3}}, marker_node="a")
+    write_split(c, "run/step6", {"b": halves["b"]})                    # attempt 2
+    write_split(c, "run/step6", {"a": halves["a"]})                    # `.metadata` last: commits
+    assert_committed_everywhere(c, "run/step6", Want.of_dir(ref))
+    for name in stale:
+        assert not os.path.exists(c["b"].path("run/step6", name)), name
+    assert any(e.get("kind") == "cluster_stale_shard" for e in c["a"].events())
+    wait_persisted_everywhere(c, "run/step6")
+    keys = c.server.keys(f"{c.prefix}/run/step6/")
+    assert not [k for k in keys if k.endswith(tuple(stale))], keys
+    c.add("c")
+    assert_committed_everywhere(c, "run/step6", Want.of_dir(ref), nodes=["c"])
+    dcp_load(c["c"].path("run/step6"), 4)
+
+
 @pytest.mark.parametrize("order", ["a_then_b", "b_then_a"])
 @pytest.mark.timeout_s(180)
 def test_cp_r_split_over_two_mounts_then_commit_on_b(cluster, dcp_ref, tmp_path, order):
