@@ -100,8 +100,19 @@ void ClusterBook::QueueRestartWork() {
   // A daemon killed before it made its parts durable: they are synced and
   // put again, so that commits waiting for them go on.
   std::vector<std::string> resync = port_->PartsToResync();
+  // Removals announced before a kill -9 and not finished in the bucket:
+  // done again (before any refresh could bring the step back here).
+  for (const std::string& step : port_->PendingClusterRemovals()) StepRemoved(step);
+  // Committed steps whose uploads ended here: their part is put again, in
+  // case the PUT saying so was lost (one PUT per step not yet persisted).
+  std::vector<std::string> republish = port_->PartsToRepublish();
   MutexLock lock(&mu_);
   to_sync_.insert(resync.begin(), resync.end());
+  republish_.insert(republish.begin(), republish.end());
+  // One refresh (a LIST of the index): a persisted step whose ~p entry a
+  // kill -9 lost is put again from there (RefreshNow).
+  refresh_requested_ = true;
+  cv_.notify_all();
 }
 
 void ClusterBook::Start() {
@@ -600,6 +611,12 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     if (seen.persisted && committed && (view == views.end() || !view->second.persisted)) {
       (void)port_->ApplyClusterPersisted(step);
     }
+    // Persisted by this node's duty, but the index does not say so: the PUT
+    // of ~p was lost (a kill -9 before the book's pass). Put again.
+    if (!seen.persisted && view != views.end() && view->second.persisted &&
+        view->second.committed_here) {
+      StepPersisted(step);
+    }
   }
   // After the steps: a run-level file goes into a run directory, which a
   // step applied just now may have made.
@@ -897,12 +914,14 @@ bool ClusterBook::Pass() {
                        {"kind", "cluster_remove"},
                        {"path", step},
                        {"error", "not removed for the cluster: " + st.message()}});
+      port_->ClusterRemovalDone(step);
       MutexLock lock(&mu_);
       removing_.erase(step);
       continue;
     }
     st = RemoveFromBucket(step);
     if (st.ok()) {
+      port_->ClusterRemovalDone(step);
       MutexLock lock(&mu_);
       if (!removed_.count(step)) removing_.erase(step);
     } else {

@@ -26,6 +26,11 @@ inline constexpr const char* kBootIdKey = "boot_id";
 // remote's node registry) and never changed.
 inline constexpr const char* kCacheIdKey = "cache_id";
 
+// Meta keys kClusterRemovalPrefix + step path: a removal of a committed
+// cluster step this node announced and its ClusterBook has not finished in
+// the bucket yet (so a kill -9 does not lose it).
+inline constexpr const char* kClusterRemovalPrefix = "cluster_removal/";
+
 // Meta key holding the cluster node this cache belongs to (SPEC section 9,
 // --node), written at its first cluster mount: the cache's parts are that
 // node's, so it is mounted with that name or not at all.

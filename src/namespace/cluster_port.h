@@ -34,12 +34,24 @@ class ClusterPort {
   // happened). Empty after a machine restart: those files may be torn, so
   // their parts stay not durable and the step cannot commit with them.
   virtual std::vector<std::string> PartsToResync() = 0;
+  // At start: the committed steps not yet persisted that hold files of this
+  // node. Their parts are put again: what the uploads recorded before a
+  // kill -9 may never have reached the bucket, and the committing node
+  // waits for it to write the commit object.
+  virtual std::vector<std::string> PartsToRepublish() = 0;
+  // Removals this node announced (rm, retention) that the ClusterBook has
+  // not finished in the bucket: recorded in the batch that removed the step
+  // here, so a kill -9 before the book's pass does not lose them.
+  virtual std::vector<std::string> PendingClusterRemovals() = 0;
+  // The book removed the step from the bucket: no longer owed.
+  virtual void ClusterRemovalDone(const std::string& step_path) = 0;
 
   // What this node knows of each step, by path, for a refresh to skip the
   // steps it has already applied.
   struct StepView {
     bool committed = false;  // committed (here or adopted from the cluster)
     bool persisted = false;
+    bool committed_here = false;  // this node's decision won: its persist duty
   };
   virtual std::map<std::string, StepView> StepViews() = 0;
 

@@ -225,6 +225,9 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   Result<PartRecord> PartSnapshot(const std::string& step_path) override;
   Result<bool> SyncPart(const std::string& step_path) override;
   std::vector<std::string> PartsToResync() override;
+  std::vector<std::string> PartsToRepublish() override;
+  std::vector<std::string> PendingClusterRemovals() override;
+  void ClusterRemovalDone(const std::string& step_path) override;
   std::map<std::string, StepView> StepViews() override;
   Status ApplyClusterStep(const ClusterStepRecord& record) override;
   Status ApplyClusterPersisted(const std::string& step_path) override;

@@ -307,6 +307,7 @@ std::map<std::string, ClusterPort::StepView> FileSystem::StepViews() {
     StepView v;
     v.committed = rec.state == StepState::kCommitted;
     v.persisted = v.committed && rec.persisted;
+    v.committed_here = v.committed && cluster_ && rec.committer == cluster_->node();
     out[inodes_.PathOf(ino)] = v;
   }
   return out;
@@ -494,13 +495,53 @@ Status FileSystem::ApplyClusterPersisted(const std::string& step_path) {
   return txn.Write();
 }
 
-void FileSystemCore::AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) {
+void FileSystemCore::AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec,
+                                                  ManifestBatch* batch) {
   if (!cluster_ || rec.committer.empty() || rec.state != StepState::kCommitted) return;
   const std::string path = inodes_.PathOf(step_ino);
   // Removed here or by another node: a save of the name again waits for its
   // commit to upload (cluster_removed_paths_).
   cluster_removed_paths_.insert(path);
-  if (!applying_cluster_removal_) cluster_->StepRemoved(path);
+  if (applying_cluster_removal_) return;
+  // Owed to the cluster until the book has done it, across a kill -9.
+  batch->Put(KeySpace::kMeta, kClusterRemovalPrefix + path, "");
+  cluster_->StepRemoved(path);
+}
+
+std::vector<std::string> FileSystem::PartsToRepublish() {
+  MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [ino, rec] : steps_) {
+    if (rec.state != StepState::kCommitted || rec.persisted || rec.committer.empty()) continue;
+    const std::string path = inodes_.PathOf(ino);
+    auto part = PartSnapshotLocked(path);
+    if (part.ok() && !part->files.empty()) out.push_back(path);
+  }
+  return out;
+}
+
+std::vector<std::string> FileSystem::PendingClusterRemovals() {
+  MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  Status st = manifest_->Scan(
+      KeySpace::kMeta, kClusterRemovalPrefix, [&](std::string_view key, std::string_view) {
+        out.emplace_back(key.substr(std::string_view(kClusterRemovalPrefix).size()));
+        return true;
+      });
+  if (!st.ok()) {
+    events_->Append({{"event", "error"},
+                     {"kind", "cluster_remove"},
+                     {"error", "reading the removals owed to the cluster: " + st.message()}});
+  }
+  return out;
+}
+
+void FileSystem::ClusterRemovalDone(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  Transaction txn = BeginLocked();
+  txn.batch()->Delete(KeySpace::kMeta, kClusterRemovalPrefix + step_path);
+  // Unsynced: lost with a power loss, the removal is only done again.
+  (void)txn.Write();
 }
 
 Status FileSystem::RemoveClusterStep(const std::string& step_path) {

@@ -463,8 +463,12 @@ class FileSystemCore {
   std::set<std::string> cluster_removed_paths_ GUARDED_BY(mu_);
   // Announces the removal of a committed cluster step (rm, retention), and
   // remembers its path in cluster_removed_paths_ (also for a removal another
-  // node announced, applied here).
-  void AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec) REQUIRES(mu_);
+  // node announced, applied here). The announcement is also recorded in
+  // batch (meta key kClusterRemovalPrefix + path) until the ClusterBook has
+  // removed the step from the bucket (ClusterRemovalDone), so a kill -9
+  // before that does not lose it (PendingClusterRemovals).
+  void AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec, ManifestBatch* batch)
+      REQUIRES(mu_);
 };
 
 }  // namespace ckptfs

@@ -18,7 +18,7 @@ void FileSystemCore::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) 
   if (rec.state == StepState::kWriting || rec.state == StepState::kDeleting) return;
   // The remote copy stops being complete now: its commit object goes first.
   UnpersistStepLocked(step, inodes_.PathOf(step), batch);
-  AnnounceClusterRemovalLocked(step, rec);
+  AnnounceClusterRemovalLocked(step, rec, batch);
   steps_.MarkDeleting(step, batch);
   EmitStepEventLocked("delete", step, rec);
 }
