@@ -218,6 +218,15 @@ Result<size_t> FileSystem::CollectGarbage(size_t max) {
   });
   if (!scan.ok()) return scan;
   if (inos.empty()) return size_t{0};
+  {
+    // The removal that queued these (an rm, a prune) must be durable before
+    // its data goes: a power loss would otherwise bring the files back
+    // without their bytes. One synced write makes every earlier batch so.
+    MutexLock lock(&mu_);
+    Transaction txn = BeginLocked();
+    txn.batch()->Put(KeySpace::kMeta, "fsyncdir_seq", std::to_string(++fsyncdir_seq_));
+    CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());
+  }
   // Data first, then the queue entry: a crash in between deletes it again.
   // A live inode's data is never touched (defence in depth: numbers in the
   // queue are not reused, see Recover).

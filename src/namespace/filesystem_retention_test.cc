@@ -64,6 +64,22 @@ TEST(RetentionTest, CommitPrunesInTheSameBatchAndGcDeletesDataLater) {
   EXPECT_NE(events.find("\"path\":\"run/step1\""), std::string::npos) << events;
 }
 
+// Deleting data cannot be undone, but the rm that queued it is an unsynced
+// batch: the GC makes it durable first, so a power loss after the GC never
+// brings the step back without its bytes.
+TEST(RetentionTest, AnRmIsDurableBeforeTheGcDeletesItsData) {
+  FsEnv env;
+  const uint64_t run = Mkdir(env.fs(), kRootIno, "run");
+  uint64_t f = 0;
+  const uint64_t step = CommitStep(env, run, 1, &f);
+  ASSERT_TRUE(env.fs().Unlink(step, "shard").ok());
+  ASSERT_TRUE(env.fs().Rmdir(run, "step1").ok());
+  ASSERT_EQ(*env.fs().CollectGarbage(100), 1u);
+  EXPECT_EQ(env.data.Open(f, false).err(), ENOENT);
+  env.CrashAndRestart();  // unsynced batches are lost
+  EXPECT_EQ(env.fs().Lookup(run, "step1").err(), ENOENT) << env.events.Render();
+}
+
 TEST(RetentionTest, OpenReaderKeepsDataOfAPrunedStep) {
   FsEnv env(KeepLast(1));
   auto& fs = env.fs();

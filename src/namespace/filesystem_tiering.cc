@@ -532,7 +532,15 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
       break;
     }
   }
-  CKPTFS_RETURN_IF_ERROR(drop_txn.Write());
+  if (out.keys.empty()) {
+    CKPTFS_RETURN_IF_ERROR(drop_txn.Write());
+    return out;
+  }
+  // Deleting an object cannot be undone, but the batch that queued it (an
+  // rm, a retention prune) may not be durable yet: a power loss would bring
+  // the step back here without its objects. One synced write makes it so.
+  drop_txn.batch()->Put(KeySpace::kMeta, "fsyncdir_seq", std::to_string(++fsyncdir_seq_));
+  CKPTFS_RETURN_IF_ERROR(drop_txn.WriteSynced());
   return out;
 }
 
