@@ -480,9 +480,23 @@ Status FileSystem::ApplyClusterStep(const ClusterStepRecord& record) {
   SaveEndedLocked(step_ino);
   cluster_removed_paths_.erase(record.step_path);  // its uploads may start
   if (tier_) tier_->UploadsQueued();
+  RepublishUploadedPartLocked(record.step_path);
   events_->Append({{"event", "commit"}, {"path", record.step_path}, {"step", rec.step}, {"state", "committed"},
                    {"bytes", rec.bytes}, {"files", rec.files}, {"committer", record.committer}});
   return Status::Ok();
+}
+
+void FileSystemCore::RepublishUploadedPartLocked(const std::string& step_path) {
+  // Uploads of this node's files that ended before it learnt of the commit
+  // (the tier's commit hold ran out, and a kill -9 since may have lost the
+  // part's PUT that said so): the committing node's persist duty reads them
+  // from the part, so it is put again. Rare: uploads normally wait for the
+  // commit.
+  auto part = PartSnapshotLocked(step_path);
+  if (part.ok() && std::any_of(part->files.begin(), part->files.end(),
+                               [](const PartRecord::File& f) { return f.uploaded; })) {
+    cluster_->PartUploadsChanged(step_path);
+  }
 }
 
 Status FileSystem::ApplyClusterPersisted(const std::string& step_path) {
@@ -818,6 +832,7 @@ Status FileSystemCore::FinishClusterCommitLocked(const CommitPort::CommitPlan& p
   SaveEndedLocked(plan.step_ino);
   cluster_removed_paths_.erase(record.step_path);  // its uploads may start
   if (tier_) tier_->UploadsQueued();
+  if (record.committer != cluster_->node()) RepublishUploadedPartLocked(record.step_path);
   // This node writes the commit object once every other node's part is up.
   cluster_->AwaitingParts();
   metrics_.commits++;

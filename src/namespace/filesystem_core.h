@@ -469,6 +469,9 @@ class FileSystemCore {
   // before that does not lose it (PendingClusterRemovals).
   void AnnounceClusterRemovalLocked(uint64_t step_ino, const StepRecord& rec, ManifestBatch* batch)
       REQUIRES(mu_);
+  // A step committed by another node's decision, applied here: this node's
+  // part is put again when some of its files were uploaded already.
+  void RepublishUploadedPartLocked(const std::string& step_path) REQUIRES(mu_);
 };
 
 }  // namespace ckptfs

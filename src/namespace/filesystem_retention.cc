@@ -110,6 +110,13 @@ std::vector<StepDecision> FileSystemCore::PlanLocked(Inode* run) {
     f.id = dent.ino;
     f.step = step->second.step;
     f.phase = PhaseOf(step->second.state);
+    // Cluster mode: a step not committed here may still be committed by the
+    // cluster, with this node's part as the bucket names it (its part
+    // record stays), so no node's retention removes it: an incomplete step
+    // pruned here once committed elsewhere with files nobody had any more
+    // (the simulation's Seed2). It stays until the cluster commits it or a
+    // user removes it.
+    if (cluster_ && f.phase != StepPhase::kCommitted) f.phase = StepPhase::kWriting;
     f.committed_at_s = step->second.committed_at.tv_sec;
     f.ephemeral = step->second.ephemeral;
     f.persisted = step->second.persisted;
