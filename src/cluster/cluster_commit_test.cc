@@ -49,6 +49,10 @@ class Node {
     o.clock = book_clock;
     book_options_ = o;
     bucket_ = bucket;
+    // As a mount joins before it writes: gathers leave out parts of names
+    // nobody registered (a name registered already, at any epoch, is kept).
+    (void)bucket->PutIfAbsent(NodeRegistrationKey(name, epoch),
+                              EncodeNodeRegistration(name, o.cache_id, "test"));
     book_ = std::make_unique<ClusterBook>(&env_.fs(), bucket, &env_.events, o);
     env_.fs().SetClusterHooks(book_.get());
   }
@@ -433,6 +437,31 @@ TEST(ClusterCommitTest, AReplacedNodesPartNeverEntersACommitAndItsDaemonTurnsRea
   a.Commit(s7);
   ASSERT_EQ(a.State(s7), "committed") << a.Xattr(s7, "user.ckptfs.error");
   EXPECT_EQ(a.Xattr(s7, "user.ckptfs.files"), "2");
+}
+
+// A part record under a name no mount registered (a node joins before it
+// writes anything) is not the cluster's: it never enters a commit.
+TEST(ClusterCommitTest, APartOfANameNoMountRegisteredStaysOut) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  const uint64_t step = a.Step("step3");
+  WriteFile(a.fs(), step, "x", "AAA");
+  PartRecord ghost;
+  ghost.node = "ghost";
+  ghost.cache_id = "cache-ghost";
+  ghost.step_path = "run/step3";
+  ghost.seq = 1;
+  ghost.published_at = 1;
+  ghost.last_activity = 1;
+  ghost.files = {{"y", 4, 0644, 1, 0x12345678, true, {}}};
+  ghost.all_uploaded = true;
+  ghost.synced = true;
+  ASSERT_TRUE(bucket.Put(PartRecordKey("run/step3", "ghost"), EncodePartRecord(ghost)).ok());
+  a.Commit(step);
+  ASSERT_EQ(a.State(step), "committed") << a.Xattr(step, "user.ckptfs.error");
+  EXPECT_EQ(a.Xattr(step, "user.ckptfs.files"), "1");
+  EXPECT_NE(a.env().events.Render().find("no mount registered that name"), std::string::npos)
+      << a.env().events.Render();
 }
 
 // SPEC section 9, "one save, one step": an abandoned attempt with more ranks

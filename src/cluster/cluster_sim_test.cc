@@ -96,6 +96,7 @@
 #include <vector>
 
 #include "cluster/cluster_book.h"
+#include "cluster/cluster_join.h"
 #include "common/clock.h"
 #include "control/event_log.h"
 #include "data/memory_data_store.h"
@@ -316,6 +317,10 @@ class SimNode {
     b.refresh_ns = config_.refresh_ns;
     b.publish_timeout_ns = 0;  // a failed PUT is final: no back-off on the manual clock
     b.clock = clock_;
+    // As a mount joins before it writes: gathers leave out parts of names
+    // nobody registered. (Already there after a restart.)
+    (void)bucket_->PutIfAbsent(NodeRegistrationKey(name_),
+                               EncodeNodeRegistration(name_, b.cache_id, "sim"));
     book_ = std::make_unique<ClusterBook>(fs_.get(), bucket_, &events_, b);
     hooks_.set_book(book_.get());
     fs_->SetClusterHooks(&hooks_);

@@ -81,24 +81,28 @@ Status NodeFence::DropFencedParts(const std::string& step_path, std::vector<Part
   kept.reserve(parts->size());
   for (PartRecord& part : *parts) {
     auto it = registry.find(part.node);
-    if (it == registry.end() || part.epoch >= it->second) {
+    const uint64_t holder = it == registry.end() ? 0 : it->second;
+    if (holder != 0 && part.epoch >= holder) {
       kept.push_back(std::move(part));
       continue;
     }
+    // A replaced holder's part, or one of a name no mount ever registered
+    // (a mount joins before it writes anything): neither is the cluster's.
     MutexLock lock(&mu_);
     if (reported_.size() >= kReportedMax) reported_.clear();
     if (reported_.insert(step_path + "\n" + part.node + "\n" + std::to_string(part.epoch)).second) {
-      events_->Append(
-          {{"event", "warning"},
-           {"kind", "cluster_fenced_part"},
-           {"path", step_path},
-           {"node", part.node},
-           {"epoch", part.epoch},
-           {"holder_epoch", it->second},
-           {"error", "the part of node " + part.node + " at epoch " + std::to_string(part.epoch) +
-                         " is left out: its name was taken over with "
-                         "--replace-node (epoch " +
-                         std::to_string(it->second) + ")"}});
+      const std::string why =
+          holder == 0 ? "no mount registered that name in " + std::string(kNodeRegistryDir) + "/"
+                      : "its name was taken over with --replace-node (epoch " +
+                            std::to_string(holder) + ")";
+      events_->Append({{"event", "warning"},
+                       {"kind", "cluster_fenced_part"},
+                       {"path", step_path},
+                       {"node", part.node},
+                       {"epoch", part.epoch},
+                       {"holder_epoch", holder},
+                       {"error", "the part of node " + part.node + " at epoch " +
+                                     std::to_string(part.epoch) + " is left out: " + why}});
     }
   }
   *parts = std::move(kept);

@@ -4,10 +4,11 @@
 // and this class enforces it on both sides:
 //
 //  * the committing node drops, from every gather, a part whose epoch is
-//    below its node's highest registered epoch: whatever a replaced daemon
-//    still puts into a step never enters a commit, nor counts towards
-//    --nodes (DropFencedParts; one LIST of `.ckptfs-nodes/` per
-//    registry_ttl_ns at most, a request per 1,000 names);
+//    below its node's highest registered epoch, or whose name no mount
+//    registered: whatever a replaced daemon still puts into a step never
+//    enters a commit, nor counts towards --nodes (DropFencedParts; one LIST
+//    of `.ckptfs-nodes/` per registry_ttl_ns at most, a request per 1,000
+//    names);
 //  * the replaced daemon, if it still runs, finds out at the first open for
 //    writing of a step (one LIST of its own name's registrations, at most
 //    every recheck_ns) and from then on refuses with EROFS to write into the
@@ -58,8 +59,8 @@ class NodeFence {
   // EROFS when a check found this mount replaced; never looks.
   Status Fenced() const EXCLUDES(mu_);
   // Removes from parts (another node's, read for a commit of step_path)
-  // those whose epoch is below their node's, with a cluster_fenced_part
-  // warning the first time. Parts of names never registered are kept.
+  // those whose epoch is below their node's, and those of names never
+  // registered, with a cluster_fenced_part warning the first time.
   // EAGAIN when the registry cannot be listed.
   Status DropFencedParts(const std::string& step_path, std::vector<PartRecord>* parts)
       EXCLUDES(mu_);

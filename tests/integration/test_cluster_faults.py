@@ -425,9 +425,14 @@ def test_a_malformed_part_record_breaks_the_step_naming_it(cluster):
     tc.assert_never_committed(c, "run/step5", secs=1.0)
 
 
-def publish_ghost_part(c, step, size):
+def publish_ghost_part(c, step, size, joined=True):
     """Node zz's part record of `step`: node b's real record with the node changed and one
-    file, ghost.bin of `size` bytes, that is never uploaded (zz never joined)."""
+    file, ghost.bin of `size` bytes, that is never uploaded. joined: zz's registration is
+    in `.ckptfs-nodes/` too (a node that joined, published, then stopped for good)."""
+    if joined:
+        c.server.put(key(c, ".ckptfs-nodes/zz.json"), json.dumps(
+            {"format": "ckptfs-node", "version": 1, "node": "zz", "cache_id": "gone",
+             "host": "gone"}).encode())
     rec = json.loads(c.server.get(part_key(c, step, "b")))
     rec["node"] = "zz"
     rec["files"] = [{"path": "ghost.bin", "size": size, "mode": 0o644,
@@ -446,15 +451,13 @@ def test_a_part_record_naming_a_file_that_never_arrives(cluster):
     publish_ghost_part(c, "run/step8", size=12345)
     r = a.commit("run/step8", timeout=VISIBLE_S * 3)
     # What the daemon does (docs/cluster.md, "Failures": a node that stops after
-    # publishing): the union, zz's file included, is committed, although zz never joined
-    # the cluster (no .ckptfs-nodes/zz.json); reads of zz's file wait for its upload (up
-    # to 600 s, then EIO) and the step is never persisted. Nothing crashes, nothing else
-    # waits, and no wrong bytes are ever returned.
+    # publishing): the union, zz's file included, is committed; reads of zz's file wait
+    # for its upload (up to 600 s, then EIO) and the step is never persisted. Nothing
+    # crashes, nothing else waits, and no wrong bytes are ever returned.
     assert r.returncode == 0, f"ckptfs commit: {r.stderr}"
     assert a.state("run/step8") == "committed"
     assert sorted(os.listdir(a.path("run/step8"))) == ["ghost.bin", "shard_a0.bin", "shard_b0.bin"]
     assert os.stat(a.path("run/step8/ghost.bin")).st_size == 12345
-    assert "zz.json" not in " ".join(c.server.keys(key(c, ".ckptfs-nodes/")))
     reader = Bg(lambda: read_file(a.path("run/step8", "ghost.bin")))
     assert not reader.join(4.0), \
         f"the read of a file that was never uploaded returned: {reader.error!r} / " \
@@ -470,6 +473,24 @@ def test_a_part_record_naming_a_file_that_never_arrives(cluster):
             f"node {name}: step8 persisted without zz's file"
     assert ".ckptfs-commit.json" not in [k.rsplit("/", 1)[1] for k in bucket_keys(c, "run/step8")]
     assert not reader.done, f"the read of ghost.bin returned: {reader.error!r}"
+
+
+@pytest.mark.timeout_s(120)
+def test_a_part_record_of_a_node_that_never_joined_stays_out(cluster):
+    """A part record under a name no mount registered is not any node's part: the
+    commit leaves it out (before, the step committed with zz's file, which no node had,
+    and never became persisted)."""
+    c = cluster(2, "--commit-settle", "0")
+    a, b = c["a"], c["b"]
+    write_shards(a, "run/step10", {"shard_a0.bin": tc.payload(MiB, 7)})
+    write_shards(b, "run/step10", {"shard_b0.bin": tc.payload(MiB, 8)})
+    publish_ghost_part(c, "run/step10", size=4096, joined=False)
+    r = a.commit("run/step10", timeout=VISIBLE_S * 3)
+    assert r.returncode == 0, f"ckptfs commit: {r.stderr}"
+    assert sorted(os.listdir(a.path("run/step10"))) == ["shard_a0.bin", "shard_b0.bin"]
+    assert any(e.get("kind") == "cluster_fenced_part" and e.get("node") == "zz"
+               for e in a.events()), a.events()
+    tc.wait_persisted_everywhere(c, "run/step10")
 
 
 @pytest.mark.timeout_s(120)
