@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
@@ -186,6 +187,17 @@ Status ClusterBook::PutPart(const std::string& step_path) {
     counters_.part_puts++;
     Status st = store_->Put(key, body);
     if (st.ok()) {
+      // A republication of a committed step (after uploads) may land after
+      // another node removed the step: it must not stay in the bucket.
+      if (auto view = port_->StepViewOf(step_path);
+          view && view->committed && UndoneAfterRemoval(step_path, key)) {
+        if (port_->RemoveClusterStep(step_path).ok()) {
+          MutexLock lock(&mu_);
+          flush_invalidations_ = true;
+          cv_.notify_all();
+        }
+        return Status::Ok();
+      }
       if (to_sync) {
         MutexLock lock(&mu_);
         to_sync_.insert(step_path);
@@ -427,8 +439,30 @@ Result<std::string> ClusterBook::ReadPartFile(const std::string& step_path,
 
 // ---- the decision and the index ----------------------------------------------
 
-Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& proposal) {
+Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& proposal,
+                                                  const std::string& follows_removal) {
   CKPTFS_RETURN_IF_ERROR(fence_.Fenced());
+  // A step left over here from a save of the name that another node has
+  // removed (a request made before this node learnt of the commit, asked
+  // again after the removal) is never decided again: the removed step would
+  // come back, with what is left of it.
+  {
+    auto entries = IndexEntriesOf(proposal.step_path);
+    if (!entries.ok()) {
+      return Status::Error(EAGAIN, "reading the step index for " + proposal.step_path + ": " +
+                                       entries.status().message());
+    }
+    auto tomb = entries->find('r');
+    if (tomb != entries->end() && !tomb->second.empty() && follows_removal != tomb->second &&
+        follows_removal != kFollowsNextRemoval) {
+      // What this node put of it after the removal's sweep goes too.
+      counters_.deletes++;
+      (void)store_->Delete({PartRecordKey(proposal.step_path, options_.node)});
+      return Status::Error(ESTALE, proposal.step_path +
+                                       ": left over from a save of the name that another "
+                                       "node removed for the cluster; not committed again");
+    }
+  }
   ClusterStepRecord mine = proposal;
   auto random = RandomHex(8);
   if (!random.ok()) return random.status();
@@ -481,9 +515,15 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
   return record;
 }
 
-void ClusterBook::MaybeRefresh() {
+void ClusterBook::MaybeRefresh() { RefreshWithin(options_.refresh_ns); }
+
+void ClusterBook::RefreshForNewStep() {
+  RefreshWithin(std::min<int64_t>(options_.refresh_ns, kNewStepViewAgeNs));
+}
+
+void ClusterBook::RefreshWithin(int64_t max_age_ns) {
   const int64_t start = Now();
-  if (ever_refreshed_ && start - refreshed_at_ < options_.refresh_ns) return;
+  if (ever_refreshed_ && start - refreshed_at_ < max_age_ns) return;
   // After a failed refresh, lookups use the view they have until the back-off ends.
   if (start < retry_refresh_at_) return;
   const uint64_t seen = refresh_generation_.load();
@@ -527,6 +567,10 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     cv_.notify_all();
   };
   if (!listed.ok()) {
+    {
+      MutexLock lock(&mu_);
+      tombstones_known_ = false;  // steps created now follow the next tombstone
+    }
     // Lookups go on with the view they have; the event says why it is old.
     // Back off (1 s doubling to 30 s) so an outage costs lookups nothing.
     refresh_backoff_ns_ = std::min<int64_t>(
@@ -543,6 +587,7 @@ void ClusterBook::RefreshNow(uint64_t seen) {
   retry_refresh_at_ = 0;
   struct Seen {
     bool committed = false, persisted = false, removed = false;
+    std::string tombstone;  // the ~r entry's tag
   };
   std::map<std::string, Seen> steps;
   std::vector<std::pair<ObjectInfo, std::string>> run_files;  // ~f keys and their paths
@@ -558,6 +603,16 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     s.committed |= state == 'c';
     s.persisted |= state == 'p';
     s.removed |= state == 'r';
+    if (state == 'r') s.tombstone = obj.etag;
+  }
+  {
+    std::map<std::string, std::string> tags;
+    for (const auto& [step, seen] : steps) {
+      if (seen.removed) tags[step] = seen.tombstone;
+    }
+    MutexLock lock(&mu_);
+    tombstone_tags_ = std::move(tags);
+    tombstones_known_ = true;
   }
   const auto views = port_->StepViews();
   std::set<std::string> removing;
@@ -578,6 +633,9 @@ void ClusterBook::RefreshNow(uint64_t seen) {
                      ProposalIn(StepIndexKey(step, 'r')) == ProposalIn(StepIndexKey(step, 'c'));
       if (removed) {
         if (view != views.end() && view->second.committed && port_->RemoveClusterStep(step).ok()) {
+          removed_here = true;
+        } else if (view != views.end() && !view->second.committed &&
+                   SettleLeftover(step, view->second, seen.tombstone)) {
           removed_here = true;
         }
         continue;
@@ -791,6 +849,55 @@ void ClusterBook::StepRemoved(const std::string& step_path) {
   cv_.notify_all();
 }
 
+std::string ClusterBook::RemovalSeen(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  if (removing_.count(step_path) || !tombstones_known_) return kFollowsNextRemoval;
+  auto it = tombstone_tags_.find(step_path);
+  return it == tombstone_tags_.end() ? "" : it->second;
+}
+
+Result<std::map<char, std::string>> ClusterBook::IndexEntriesOf(const std::string& step_path) {
+  const std::string committed = StepIndexKey(step_path, 'c');
+  const std::string prefix = committed.substr(0, committed.size() - std::strlen("c.json"));
+  counters_.lists++;
+  auto listed = store_->List(prefix);
+  if (!listed.ok()) return listed.status();
+  std::map<char, std::string> out;
+  for (const auto& obj : *listed) {
+    std::string path;
+    char state = 0;
+    if (ParseStepIndexKey(obj.key, &path, &state) && path == step_path) out[state] = obj.etag;
+  }
+  return out;
+}
+
+bool ClusterBook::UndoneAfterRemoval(const std::string& step_path, const std::string& key) {
+  auto entries = IndexEntriesOf(step_path);
+  if (!entries.ok() || entries->count('c')) return false;
+  counters_.deletes++;
+  (void)store_->Delete({key});  // failed: a leak, as any removal's failed deletion
+  events_->Append({{"event", "cluster_removed_meanwhile"}, {"path", step_path}, {"key", key}});
+  return true;
+}
+
+bool ClusterBook::SettleLeftover(const std::string& step_path, const ClusterPort::StepView& view,
+                                 const std::string& tag) {
+  if (tag.empty() || view.follows_removal == tag) return false;
+  if (view.follows_removal == kFollowsNextRemoval) {
+    {
+      MutexLock lock(&mu_);
+      if (removing_.count(step_path)) return false;  // its own tombstone is not written yet
+    }
+    port_->FollowRemoval(step_path, tag);
+    return false;
+  }
+  if (!port_->DropLeftoverStep(step_path, tag).ok()) return false;
+  // What it put in the bucket after the removal's sweep goes too.
+  counters_.deletes++;
+  (void)store_->Delete({PartRecordKey(step_path, options_.node)});
+  return true;
+}
+
 void ClusterBook::ReportMalformedIndexEntry(const std::string& path, const char* what,
                                             const Status& decoded) {
   events_->Append({{"event", "error"},
@@ -823,6 +930,13 @@ Status ClusterBook::RemoveFromBucket(const std::string& step_path) {
   nlohmann::json tomb = {{"format", "ckptfs-index"}, {"state", "removed"}, {"proposal", proposal}};
   counters_.index_puts++;
   CKPTFS_RETURN_IF_ERROR(store_->Put(StepIndexKey(step_path, 'r'), tomb.dump() + "\n"));
+  // Its tag: what a save of the name here from now on follows.
+  std::string tag;
+  if (auto entries = IndexEntriesOf(step_path); entries.ok() && entries->count('r')) {
+    tag = entries->at('r');
+    MutexLock lock(&mu_);
+    tombstone_tags_[step_path] = tag;
+  }
   // Its index entries next, before a save of the name again can write new
   // ones (it cannot decide before the old decision is gone, below).
   counters_.deletes++;
@@ -864,6 +978,11 @@ Status ClusterBook::RemoveFromBucket(const std::string& step_path) {
   events_->Append({{"event", "cluster_remove"},
                    {"path", step_path},
                    {"objects", keys.size() + (has_decision ? 1 : 0)}});
+  // A save of the name made here meanwhile follows this removal.
+  if (auto view = port_->StepViewOf(step_path);
+      view && !tag.empty() && view->follows_removal == kFollowsNextRemoval) {
+    port_->FollowRemoval(step_path, tag);
+  }
   return Status::Ok();
 }
 
@@ -975,8 +1094,14 @@ bool ClusterBook::Pass() {
   publish(synced_parts);
   for (const auto& step : persisted) {
     counters_.index_puts++;
-    Status st = store_->Put(StepIndexKey(step, 'p'), kPersistedBody);
-    if (!st.ok()) StepPersisted(step);
+    const std::string key = StepIndexKey(step, 'p');
+    if (!store_->Put(key, kPersistedBody).ok()) {
+      StepPersisted(step);
+      continue;
+    }
+    // Removed by another node meanwhile: the entry goes again (the next
+    // refresh applies the removal here).
+    (void)UndoneAfterRemoval(step, key);
   }
   if (!run_files.empty()) RecordRunFiles(std::move(run_files));
   next_commit_watch_ = PollCommitWatch();

@@ -101,8 +101,11 @@ class ClusterBook : public ClusterHooks {
   Result<std::string> ReadPartFile(const std::string& step_path, const PartRecord::File& file,
                                    const std::string& owner, uint64_t offset,
                                    uint64_t length) override;
-  Result<ClusterStepRecord> DecideStep(const ClusterStepRecord& proposal) override;
+  Result<ClusterStepRecord> DecideStep(const ClusterStepRecord& proposal,
+                                       const std::string& follows_removal) override;
+  std::string RemovalSeen(const std::string& step_path) override;
   void MaybeRefresh() override;
+  void RefreshForNewStep() override;
   Result<PartRecord> AwaitUpload(const std::string& step_path, const std::string& rel_path,
                                  const std::string& owner) override;
   void PartUploadsChanged(const std::string& step_path) override;
@@ -147,12 +150,32 @@ class ClusterBook : public ClusterHooks {
   Status PublishPartNow(const std::string& step_path) EXCLUDES(mu_);
   // PUTs the part as it is now.
   Status PutPart(const std::string& step_path) EXCLUDES(mu_);
+  // MaybeRefresh for a view at most max_age_ns old.
+  void RefreshWithin(int64_t max_age_ns) EXCLUDES(mu_);
+  // RefreshForNewStep's bound: the kernel's LOOKUP of the new name, just
+  // before its MKDIR, usually refreshed already.
+  static constexpr int64_t kNewStepViewAgeNs = 50'000'000;
   // One refresh (LIST of the index, then applying it), unless another one
   // ran since the caller read generation `seen`.
   void RefreshNow(uint64_t seen) EXCLUDES(mu_);
   // The removal of a step for the cluster: a tombstone naming the removed
   // record's proposal, then every object under the step, then its index entries.
   Status RemoveFromBucket(const std::string& step_path) EXCLUDES(mu_);
+  // The step's entries in the index (one LIST): state ('c', 'p', 'r') ->
+  // tag ("" where the store gives none).
+  Result<std::map<char, std::string>> IndexEntriesOf(const std::string& step_path);
+  // After a PUT of `key` for a step committed here: whether the step's
+  // removal by another node reached the bucket meanwhile (its committed
+  // entry is gone), in which case the PUT is undone. The removal deletes
+  // the committed entry after writing its tombstone and before it sweeps the
+  // step's objects, so either this LIST sees it gone or that sweep (or the
+  // entry's deletion, for `key` itself in the index) comes after the PUT.
+  bool UndoneAfterRemoval(const std::string& step_path, const std::string& key);
+  // A refresh found the name's tombstone `tag`, and this node holds the step
+  // uncommitted: a save that follows the tombstone stays; one left over
+  // from the removed save goes, with what it put in the bucket.
+  bool SettleLeftover(const std::string& step_path, const ClusterPort::StepView& view,
+                      const std::string& tag) EXCLUDES(mu_);
   // The proposal a step index entry's body names ("" when unreadable).
   std::string ProposalIn(const std::string& key);
   // Whether the step's tombstone (~r) names proposal: that decision is a
@@ -197,6 +220,11 @@ class ClusterBook : public ClusterHooks {
   std::set<std::string> persisted_ GUARDED_BY(mu_);
   std::set<std::string> removed_ GUARDED_BY(mu_);   // to remove from the bucket
   std::set<std::string> removing_ GUARDED_BY(mu_);  // removed here, until the bucket says so
+  // The tombstones (~r) of the step index as this node last listed them,
+  // path -> tag, and whether that view is fresh (the last refresh worked):
+  // what a step created here follows (RemovalSeen).
+  std::map<std::string, std::string> tombstone_tags_ GUARDED_BY(mu_);
+  bool tombstones_known_ GUARDED_BY(mu_) = false;
   bool flush_invalidations_ GUARDED_BY(mu_) = false;
   bool awaiting_ GUARDED_BY(mu_) = true;  // look once at start: persist duty survives a restart
   // The persist duty's polls of other nodes' parts (the book's thread only):

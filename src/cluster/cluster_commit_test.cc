@@ -943,6 +943,106 @@ TEST(ClusterCommitTest, ASaveOfARemovedNameWaitsForTheRemovalAndIsANewStep) {
   EXPECT_EQ(b.fs().Lookup(seen->ino, "x").status().err(), ENOENT);
 }
 
+// A node that never learnt of a commit before another node removed the step
+// (found by the simulation: Seed179, Seed60). Its request, asked again after
+// the removal, decided the removed step again, and a node that only wrote
+// kept it as `writing` for ever, its part back in the bucket. The step
+// record now says which removal of the name, if any, each save follows
+// (the tombstone's tag in the node's view when it made the directory): one
+// left over from the removed save is dropped, a save made after the removal
+// commits as a new step.
+TEST(ClusterCommitTest, AStepLeftOverFromARemovedSaveGoesAndASaveAfterTheRemovalStays) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  Node c("c", &bucket);
+  const uint64_t step_a = a.Step("step5");
+  const uint64_t step_b = b.Step("step5");
+  const uint64_t step_c = c.Step("step5");
+  WriteFile(a.fs(), step_a, "x", "AAA");
+  WriteFile(b.fs(), step_b, "y", "BB");
+  WriteFile(c.fs(), step_c, "w", "C");
+  b.Background();
+  c.Background();
+  a.Commit(step_a);
+  ASSERT_EQ(a.State(step_a), "committed");
+  // Neither b nor c looks again before a removes the step for the cluster.
+  auto run_a = a.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_a.ok());
+  for (const char* f : {"x", "y", "w"}) ASSERT_TRUE(a.fs().Unlink(step_a, f).ok()) << f;
+  ASSERT_TRUE(a.fs().Rmdir(run_a->ino, "step5").ok());
+  a.Background();
+  ASSERT_TRUE(bucket.Head(StepIndexKey("run/step5", 'r')).ok());
+  // b's request (as if asked before it learnt of the commit) decides nothing.
+  b.Commit(step_b);
+  EXPECT_FALSE(bucket.Head(StepIndexKey("run/step5", 'c')).ok());
+  EXPECT_FALSE(bucket.Head("run/step5/.ckptfs-step.json").ok());
+  EXPECT_NE(b.env().events.Render().find("cluster_leftover"), std::string::npos);
+  auto run_b = b.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_b.ok());
+  EXPECT_EQ(b.fs().Lookup(run_b->ino, "step5").status().err(), ENOENT);
+  // c's next lookup drops what it holds of the removed save.
+  auto run_c = c.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_c.ok());
+  EXPECT_EQ(c.fs().Lookup(run_c->ino, "step5").status().err(), ENOENT);
+  auto left = bucket.List("run/step5/");
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty()) << left->size() << " objects left, e.g. " << (*left)[0].key;
+  // A save of the name after the removal, on b and c, is a new step: the
+  // refreshes keep it, and it commits.
+  const uint64_t again_b = b.Step("step5");
+  const uint64_t again_c = c.Step("step5");
+  WriteFile(b.fs(), again_b, "y", "NEW");
+  WriteFile(c.fs(), again_c, "w", "NEWER");
+  c.Background();
+  ASSERT_TRUE(b.fs().Lookup(run_b->ino, "step5").ok());
+  ASSERT_TRUE(c.fs().Lookup(run_c->ino, "step5").ok());
+  b.Commit(again_b);
+  ASSERT_EQ(b.State(again_b), "committed") << b.Xattr(again_b, "user.ckptfs.error");
+  auto record =
+      DecodeClusterStepRecord(*bucket.GetRange("run/step5/.ckptfs-step.json", 0, UINT64_MAX));
+  ASSERT_TRUE(record.ok());
+  ASSERT_EQ(record->files.size(), 2u);
+  EXPECT_EQ(record->files[0].path, "w");
+  EXPECT_EQ(record->files[1].path, "y");
+}
+
+// The other side of the rule above: a save of a removed name on a node whose view
+// predates the removal (--refresh 1 h here) follows that removal, because making a
+// step directory reads the step index first (RefreshForNewStep), whatever
+// --refresh says. Had it used its old view, the save would count as left over from
+// the removed step, and its commit would drop it.
+TEST(ClusterCommitTest, ASaveOfARemovedNameOnANodeWithAnOldViewIsANewStep) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  ManualClock book_clock;  // b's view ages only as the test says
+  Node b("b", &bucket, 0, true, nullptr, 100'000'000, &book_clock, 0,
+         /*refresh_ns=*/3600'000'000'000LL);
+  ASSERT_TRUE(b.fs().Lookup(kRootIno, "run").status().err() == ENOENT);  // b's view: nothing
+  book_clock.Advance(1'000'000'000);
+  const uint64_t step_a = a.Step("step6");
+  WriteFile(a.fs(), step_a, "x", "OLD");
+  a.Commit(step_a);
+  ASSERT_EQ(a.State(step_a), "committed");
+  auto run_a = a.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_a.ok());
+  ASSERT_TRUE(a.fs().Unlink(step_a, "x").ok());
+  ASSERT_TRUE(a.fs().Rmdir(run_a->ino, "step6").ok());
+  a.Background();
+  ASSERT_TRUE(bucket.Head(StepIndexKey("run/step6", 'r')).ok());
+  // b saves step6 again, its view an hour from stale.
+  const uint64_t again = b.Step("step6");
+  WriteFile(b.fs(), again, "x", "NEW");
+  b.Commit(again);
+  ASSERT_EQ(b.State(again), "committed") << b.env().events.Render();
+  EXPECT_EQ(b.env().events.Render().find("cluster_leftover"), std::string::npos);
+  EXPECT_EQ(ReadFile(b.fs(), b.fs().Lookup(again, "x")->ino), "NEW");
+  // And a sees it as the new step.
+  auto seen = a.fs().Lookup(run_a->ino, "step6");
+  ASSERT_TRUE(seen.ok()) << seen.status().ToString();
+  EXPECT_EQ(a.State(seen->ino), "committed");
+}
+
 TEST(ClusterCommitTest, ACommittedStepCannotBeRenamedButAWritingOneCan) {
   MemoryObjectStore bucket;
   Node a("a", &bucket);
@@ -1252,7 +1352,8 @@ TEST(ClusterScaleTest, RequestsOfOneStepAndOfAnIdleHour) {
   EXPECT_LE(worst_save.lists, 2u)
       << "the first lookup's refresh, the first open's look at the node's own name (NodeFence)";
   EXPECT_LE(commit.gets, n_nodes) << "a GET of each other part, the decision's GET";
-  EXPECT_LE(commit.lists, 2u) << "the parts, the node registry (NodeFence)";
+  EXPECT_LE(commit.lists, 3u)
+      << "the parts, the node registry (NodeFence), the step's index entries (a tombstone)";
   EXPECT_LE(commit.puts, 2u) << "the decision, its index entry";
   EXPECT_EQ(per_node_learn.puts + per_node_learn.lists, 0u);
   EXPECT_EQ(per_node_learn.gets, 2u) << "the index entry, and the step's tombstone key (absent)";

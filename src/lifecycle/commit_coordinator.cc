@@ -398,6 +398,8 @@ void CommitCoordinator::Commit(uint64_t step_ino) {
   steps_->DropPageCache(inos);
   // Cluster mode: one record for the step, whichever nodes ask at once.
   if (st = steps_->DecideCluster(&*plan); !st.ok()) {
+    // EALREADY: the step is gone (left over from a removed save), its request with it.
+    if (st.err() == EALREADY) return;
     steps_->AbortCommit(step_ino, st.Annotate("deciding the cluster's step record"), /*waiting=*/true, false);
     RequestAfter(step_ino, kClusterPollNs);
     return;

@@ -90,9 +90,22 @@ struct StepRecord {
   // for the whole cluster ("" = a single-node step). Only that node writes
   // the step's commit object. Optional trailing field.
   std::string committer;
+  // Cluster mode: the tombstone of this path (its tag in the bucket's step
+  // index) the node knew of when the step was created here, "" when none,
+  // kFollowsNextRemoval when it could not know. A tombstone with another
+  // tag removed an earlier save of the name, which this step is left over
+  // from (docs/cluster.md, "a removal a node has not seen"). Optional
+  // trailing field.
+  std::string follows_removal;
 
   bool operator==(const StepRecord&) const;
 };
+
+// StepRecord::follows_removal of a step created while this node's own
+// removal of the name was still on its way to the bucket, or while its view
+// of the step index was not fresh (its refreshes failed, or none ran yet):
+// it follows the name's next tombstone, whichever that is.
+inline constexpr const char* kFollowsNextRemoval = "~next";
 
 // StepRecord::pending_commit bits: what the pending request was (the commit
 // procedure treats a rename and an explicit commit differently).

@@ -168,6 +168,21 @@ TEST(RecordsTest, StepCommitterRoundTripsAndOlderRecordsHaveNone) {
   EXPECT_FALSE(*DecodeStep(with) == *DecodeStep(without));
 }
 
+TEST(RecordsTest, StepFollowsRemovalRoundTripsAndOlderRecordsHaveNone) {
+  StepRecord rec = SampleStep();
+  rec.committer = "gpu-017";
+  const std::string without = EncodeStep(rec);
+  EXPECT_EQ(DecodeStep(without)->follows_removal, "");
+  rec.follows_removal = "\"9b2f\"";
+  const std::string with = EncodeStep(rec);
+  EXPECT_EQ(with.size(), without.size() + 4 + 6);
+  EXPECT_EQ(*DecodeStep(with), rec);
+  // A writing step (no committer yet) keeps it too.
+  rec.committer.clear();
+  rec.follows_removal = kFollowsNextRemoval;
+  EXPECT_EQ(*DecodeStep(EncodeStep(rec)), rec);
+}
+
 TEST(RecordsTest, ObjectOwnerNodeRoundTripsAndOlderRecordsHaveNone) {
   ObjectRecord object{"a/step1/x", 10, 5, 0, false, false, 0, {}, ""};
   const std::string mine = EncodeObject(object);

@@ -55,12 +55,29 @@ class ClusterHooks {
   // makes it visible to the other
   // nodes: the record decided, which is `proposal` or another node's.
   // Blocking.
-  virtual Result<ClusterStepRecord> DecideStep(const ClusterStepRecord& proposal) = 0;
+  // follows_removal is the step's StepRecord::follows_removal: a step left
+  // over here from a save of the name that another node has removed since
+  // (the name's tombstone is not the one it follows) is never decided
+  // again: ESTALE, after its part record is deleted from the bucket.
+  virtual Result<ClusterStepRecord> DecideStep(const ClusterStepRecord& proposal,
+                                               const std::string& follows_removal) = 0;
+
+  // What a step created here now follows (StepRecord::follows_removal): the
+  // tag of the name's tombstone in this node's view of the step index, ""
+  // when it has none, kFollowsNextRemoval while this node's own removal of
+  // the name is on its way to the bucket or its view is not fresh (its last
+  // refresh failed, or none ran yet). Non-blocking: called with
+  // FileSystem::mu_ held.
+  virtual std::string RemovalSeen(const std::string& step_path) = 0;
 
   // Brings the namespace's view of the cluster's steps up to date when it is
   // older than --refresh (one LIST of the bucket's step index, GETs only for
   // steps new here). Concurrent callers share one refresh. Blocking.
   virtual void MaybeRefresh() = 0;
+  // The same before a step directory is made here, with a view at most a
+  // few milliseconds old (not --refresh): the removal of the name the new
+  // step follows (RemovalSeen) must be known. Blocking.
+  virtual void RefreshForNewStep() = 0;
 
   // Waits until the owner node's part record says the file is uploaded, and
   // returns that record (the file's size, CRC32C and chunk CRCs are in it).

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,7 @@ class ClusterPort {
     bool committed = false;  // committed (here or adopted from the cluster)
     bool persisted = false;
     bool committed_here = false;  // this node's decision won: its persist duty
+    std::string follows_removal;  // StepRecord::follows_removal
   };
   virtual std::map<std::string, StepView> StepViews() = 0;
 
@@ -65,6 +67,17 @@ class ClusterPort {
   // Another node removed the step for the cluster: this node drops its copy
   // (without announcing the removal again).
   virtual Status RemoveClusterStep(const std::string& step_path) = 0;
+  // The step here is left over from a save of the name that another node
+  // removed for the cluster (a tombstone tagged `tombstone` that the step
+  // does not follow, and this node's part of it gone from the bucket): drops
+  // it, whatever its state but committed, without announcing a removal.
+  // Nothing when the step follows that tombstone after all.
+  virtual Status DropLeftoverStep(const std::string& step_path, const std::string& tombstone) = 0;
+  // The step here follows the tombstone tagged `tombstone` (a save of the
+  // name after that removal): recorded, so later refreshes need not ask.
+  virtual void FollowRemoval(const std::string& step_path, const std::string& tombstone) = 0;
+  // One step's view (nullopt: no such step here), as StepViews gives it.
+  virtual std::optional<StepView> StepViewOf(const std::string& step_path) = 0;
   // Sends the kernel the entry invalidations queued by such removals; call
   // from a thread that is not serving a FUSE request.
   virtual void FlushInvalidations() = 0;

@@ -300,17 +300,31 @@ Result<bool> FileSystem::SyncPart(const std::string& step_path) {
   return now.ok() && now->synced;
 }
 
+namespace {
+
+ClusterPort::StepView ViewOfRecord(const StepRecord& rec, const ClusterHooks* cluster) {
+  ClusterPort::StepView v;
+  v.committed = rec.state == StepState::kCommitted;
+  v.persisted = v.committed && rec.persisted;
+  v.committed_here = v.committed && cluster && rec.committer == cluster->node();
+  v.follows_removal = rec.follows_removal;
+  return v;
+}
+
+}  // namespace
+
 std::map<std::string, ClusterPort::StepView> FileSystem::StepViews() {
   MutexLock lock(&mu_);
   std::map<std::string, StepView> out;
-  for (const auto& [ino, rec] : steps_) {
-    StepView v;
-    v.committed = rec.state == StepState::kCommitted;
-    v.persisted = v.committed && rec.persisted;
-    v.committed_here = v.committed && cluster_ && rec.committer == cluster_->node();
-    out[inodes_.PathOf(ino)] = v;
-  }
+  for (const auto& [ino, rec] : steps_) out[inodes_.PathOf(ino)] = ViewOfRecord(rec, cluster_);
   return out;
+}
+
+std::optional<ClusterPort::StepView> FileSystem::StepViewOf(const std::string& step_path) {
+  MutexLock lock(&mu_);
+  auto it = steps_.find(ResolveRelativeLocked(kRootIno, step_path));
+  if (it == steps_.end()) return std::nullopt;
+  return ViewOfRecord(it->second, cluster_);
 }
 
 Status FileSystemCore::ApplyClusterRecordLocked(uint64_t step_ino, const ClusterStepRecord& record,
@@ -572,7 +586,52 @@ Status FileSystem::RemoveClusterStep(const std::string& step_path) {
   applying_cluster_removal_ = true;
   RemoveStepLocked(step, "removed by another node of the cluster", txn.batch());
   applying_cluster_removal_ = false;
-  return txn.Write();
+  // Synced: the batch queues the deletion of what this node uploaded of the
+  // step (some of it perhaps after the removing node's sweep). A power loss
+  // that lost it would leave those objects in the bucket for good: applied
+  // again, the removal finds nothing here that says they were uploaded.
+  return txn.WriteSynced();
+}
+
+Status FileSystem::DropLeftoverStep(const std::string& step_path, const std::string& tombstone) {
+  MutexLock lock(&mu_);
+  const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
+  auto it = steps_.find(step);
+  if (it == steps_.end() || it->second.state == StepState::kCommitted ||
+      it->second.state == StepState::kDeleting ||
+      (!tombstone.empty() && it->second.follows_removal == tombstone) ||
+      it->second.follows_removal == kFollowsNextRemoval) {
+    return Status::Ok();
+  }
+  if (const StepRuntime* rt = steps_.FindRuntime(step); rt && rt->committing) return Status::Ok();
+  // A save of the name that the cluster committed and then removed, which
+  // this node never saw committed (it learnt of neither in time): what it
+  // holds of it is that removed step's, as a shared namespace would have
+  // removed it too. Left alone, it would stay `writing` for ever, and a
+  // commit request here would decide the removed step again.
+  events_->Append({{"event", "warning"},
+                   {"kind", "cluster_leftover"},
+                   {"path", step_path},
+                   {"state", StepStateName(it->second.state)},
+                   {"error",
+                    "left over from a save of the name that another node removed for "
+                    "the cluster; dropped here"}});
+  Transaction txn = BeginLocked();
+  applying_cluster_removal_ = true;
+  RemoveStepLocked(step, "removed by another node of the cluster", txn.batch());
+  applying_cluster_removal_ = false;
+  return txn.WriteSynced();  // as RemoveClusterStep's
+}
+
+void FileSystem::FollowRemoval(const std::string& step_path, const std::string& tombstone) {
+  MutexLock lock(&mu_);
+  const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
+  auto it = steps_.find(step);
+  if (it == steps_.end() || it->second.follows_removal == tombstone) return;
+  it->second.follows_removal = tombstone;
+  Transaction txn = BeginLocked();
+  StepBook::Put(step, it->second, txn.batch());
+  (void)txn.Write();  // lost: the next refresh asks the bucket again
 }
 
 std::vector<ClusterPort::AwaitedPart> FileSystem::PartsAwaited() {
@@ -717,6 +776,7 @@ Result<std::string> FileSystem::ReadClusterFile(const CommitPlan& plan, const st
 Status FileSystem::DecideCluster(CommitPlan* plan) {
   if (!cluster_ || !plan->cluster) return Status::Ok();
   ClusterStepRecord proposal;
+  std::string follows_removal;
   {
     MutexLock lock(&mu_);
     auto mine = PartSnapshotLocked(plan->step_path);
@@ -725,6 +785,7 @@ Status FileSystem::DecideCluster(CommitPlan* plan) {
     Inode* dir = inodes_.Find(plan->step_ino);
     if (it == steps_.end() || !dir) return Status::Error(EALREADY, "no longer a checkpoint step");
     const std::string& me = cluster_->node();
+    follows_removal = it->second.follows_removal;
     proposal.step_path = plan->step_path;
     proposal.step = it->second.step;
     proposal.committer = me;
@@ -788,7 +849,22 @@ Status FileSystem::DecideCluster(CommitPlan* plan) {
       it2 = it2->second.files == 0 && it2->first != me ? proposal.parts.erase(it2) : std::next(it2);
     }
   }
-  auto decided = cluster_->DecideStep(proposal);
+  auto decided = cluster_->DecideStep(proposal, follows_removal);
+  if (decided.status().err() == ESTALE) {
+    // Left over from a removed save (ClusterHooks::DecideStep): the request
+    // ends, and the step goes here too.
+    {
+      MutexLock lock(&mu_);
+      if (StepRuntime* rt = steps_.FindRuntime(plan->step_ino)) {
+        rt->committing = false;
+        rt->EndRequest();
+        rt->outcome_gen++;
+      }
+      step_cv_.notify_all();
+    }
+    (void)DropLeftoverStep(plan->step_path, "");
+    return Status::Error(EALREADY, decided.status().message());
+  }
   if (!decided.ok()) return decided.status();
   plan->decided = std::move(decided).value();
   return Status::Ok();

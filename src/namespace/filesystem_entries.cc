@@ -65,6 +65,9 @@ void FileSystem::Forget(uint64_t ino, uint64_t nlookup) {
 
 Result<Entry> FileSystem::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
                                 uint32_t mode) {
+  // Cluster mode: a new step records the removal of its name it follows
+  // (StepRecord::follows_removal), from a view of the bucket just read.
+  if (cluster_ && pattern_.Match(name)) cluster_->RefreshForNewStep();
   MutexLock lock(&mu_);
   auto dir = PrepareNewEntryLocked(lock, parent, name);
   if (!dir.ok()) return dir.status();

@@ -49,7 +49,9 @@ void FileSystemCore::ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool*
   auto it = steps_.find(ino);
   if (number && it == steps_.end()) {
     // Becoming a step by mkdir, or by rename into a step name (a commit).
-    steps_.AddWriting(ino, *number, clock_->MonotonicNanos(), batch);
+    // Cluster mode: which removal of the name, if any, this save follows.
+    steps_.AddWriting(ino, *number, clock_->MonotonicNanos(), batch,
+                      cluster_ ? cluster_->RemovalSeen(inodes_.PathOf(ino)) : "");
     *commit_now = true;
   } else if (number && it != steps_.end()) {
     if (it->second.step != *number) {

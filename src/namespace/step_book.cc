@@ -14,10 +14,12 @@ StepRecord* StepBook::Find(uint64_t ino) {
   return it == records_.end() ? nullptr : &it->second;
 }
 
-StepRecord& StepBook::AddWriting(uint64_t ino, int64_t step, int64_t now_ns, ManifestBatch* batch) {
+StepRecord& StepBook::AddWriting(uint64_t ino, int64_t step, int64_t now_ns, ManifestBatch* batch,
+                                 std::string follows_removal) {
   StepRecord rec;
   rec.state = StepState::kWriting;
   rec.step = step;
+  rec.follows_removal = std::move(follows_removal);
   Put(ino, rec, batch);
   runtime_[ino].last_activity = now_ns;
   return records_[ino] = std::move(rec);

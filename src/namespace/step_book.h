@@ -80,7 +80,9 @@ class StepBook {
 
   // A directory becomes a writing step (mkdir or rename into a step name,
   // a cluster step first seen here), numbered step; activity as of now_ns.
-  StepRecord& AddWriting(uint64_t ino, int64_t step, int64_t now_ns, ManifestBatch* batch);
+  // follows_removal: StepRecord::follows_removal (cluster mode).
+  StepRecord& AddWriting(uint64_t ino, int64_t step, int64_t now_ns, ManifestBatch* batch,
+                         std::string follows_removal = "");
   // A committed step arrives whole (a cold mount's import from the bucket).
   StepRecord& AddCommitted(uint64_t ino, int64_t step, const CommitFacts& facts, int64_t now_ns,
                            ManifestBatch* batch);
