@@ -944,7 +944,7 @@ TEST(ClusterCommitTest, ASaveOfARemovedNameWaitsForTheRemovalAndIsANewStep) {
 }
 
 // A node that never learnt of a commit before another node removed the step
-// (found by the simulation: Seed179, Seed60). Its request, asked again after
+// (found by the simulation: Seed179, Seed106). Its request, asked again after
 // the removal, decided the removed step again, and a node that only wrote
 // kept it as `writing` for ever, its part back in the bucket. The step
 // record now says which removal of the name, if any, each save follows

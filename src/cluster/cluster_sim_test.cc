@@ -1541,39 +1541,39 @@ TEST(ClusterSimTest, Seed179PendingCommitRequestDecidesARemovedStepAgain) {
   EXPECT_TRUE(RunSeed(179, 60, AroundKnownIssuesBut(&SimOptions::rm_before_every_node_applied)));
 }
 
-// Fixed, kept as a test. Failed after settling: "node b keeps removed run/step1 as
-// writing". b wrote into
-// step1 but had not applied its commit (--refresh 1 s) when a removed it. The
-// removal deletes the ~c entry, so b's refreshes see a tombstone for a step it
-// never had committed and leave it alone: b keeps step1 as a writing step for ever,
-// with its files (rank2 and rank3 were in the removed commit), and its uploads and
-// part records land under the removed step's prefix again. A commit request on b
-// (any close in the step) would decide it again, as in Seed179. Now a refresh that
-// finds the name's tombstone, for a step held here uncommitted that does not follow
-// it, drops the step and deletes what this node put of it in the bucket since.
-//   #8 b: write run/step1/rank2 (5 B): ok
-//   #12 a: commit run/step1: committed [decided run/step1 by a: {rank1, rank2, rank3, rank4}]
-//   #13 b: write run/step1/rank5 (10 B, fsync): ok   (late: not in the record)
-//   #34 a: rm -r run/step1: rmdir ok
-TEST(ClusterSimTest, Seed60ANodeThatNeverAppliedTheCommitKeepsARemovedStep) {
+// Fixed, kept as a test. Failed after settling: "node b keeps removed run/step2 as
+// writing". b wrote into step2 but had not applied its commit (--refresh 1 s) when
+// a removed it. The removal deletes the ~c entry, so b's refreshes saw a tombstone
+// for a step it never had committed and left it alone: b kept step2 as a writing
+// step for ever, with its files (rank1 and rank5 were in the removed commit), and
+// its uploads and part records would land under the removed step's prefix again. A
+// commit request on b (any close in the step) would decide it again, as in Seed179.
+// Now a refresh that finds the name's tombstone, for a step held here uncommitted
+// that does not follow it, drops the step and deletes what this node put of it in
+// the bucket since. (Kept first as seed 60, which no longer draws this schedule.)
+//   #7 b: write run/step2/rank1 (36 B): ok
+//   #16 b: write run/step2/rank5 (22 B): ok
+//   #21 a: commit run/step2: committed [decided run/step2 by a: {rank1, rank2, rank5}]
+//   #31 a: rm -r run/step2: rmdir ok
+TEST(ClusterSimTest, Seed106ANodeThatNeverAppliedTheCommitKeepsARemovedStep) {
   SimOptions o = AroundKnownIssuesBut(&SimOptions::rm_before_every_node_applied);
   o.check_leftovers = true;
-  EXPECT_TRUE(RunSeed(60, 60, o));
+  EXPECT_TRUE(RunSeed(106, 60, o));
 }
 
 // Fixed, kept as a test. Failed after settling: "1 objects are left under removed
-// run/step1, e.g. run/step1/.ckptfs-parts/c.json". Node c had the step committed and its upload
-// queued a republication of its part; b removed the step (#53, its bucket removal
-// in the settling rounds' b book pass), and c's book made the PUT after that,
-// before c learnt of the removal. Nothing deletes it: a leak per node and removed
-// step, and a stale part a step saved again under the name would gather. Now a node
-// that puts a part of a step committed here then lists the step's index entries:
-// when the committed one is gone (a removal deletes it before its sweep), it deletes
-// the part again and applies the removal.
-//   #30 c: commit run/step1: committed [decided run/step1 by c: {rank1, ... rank7}]
-//   #53 b: rm -r run/step1: rmdir ok
-TEST(ClusterSimTest, Seed16PartRecordRepublishedAfterTheRemoval) {
-  EXPECT_TRUE(RunSeed(16, 60, AroundKnownIssuesBut(&SimOptions::check_leftovers)));
+// run/step1, e.g. run/step1/.ckptfs-parts/b.json". Node b had the step committed
+// and its upload queued a republication of its part; a removed the step (#46), and
+// b's book made the PUT after a's sweep, before b learnt of the removal. Nothing
+// deleted it: a leak per node and removed step, and a stale part a step saved
+// again under the name would gather. Now a node that puts a part of a step
+// committed here then lists the step's index entries: when the committed one is
+// gone (a removal deletes it before its sweep), it deletes the part again and
+// applies the removal. (Kept first as seed 16, which no longer draws this schedule.)
+//   #19 b: commit run/step1: committed [decided run/step1 by b: {rank1, rank2, rank3, rank4}]
+//   #46 a: rm -r run/step1: rmdir ok
+TEST(ClusterSimTest, Seed17PartRecordRepublishedAfterTheRemoval) {
+  EXPECT_TRUE(RunSeed(17, 60, AroundKnownIssuesBut(&SimOptions::check_leftovers)));
 }
 
 // Fixed, kept as a test. Failed after settling: "the index still lists removed
