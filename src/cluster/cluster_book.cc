@@ -907,6 +907,19 @@ void ClusterBook::ReportMalformedIndexEntry(const std::string& path, const char*
                                  (decoded.ok() ? "it names another path" : decoded.message())}});
 }
 
+Result<bool> ClusterBook::StepSavedAgain(const std::string& step_path) {
+  counters_.index_gets++;
+  auto body = store_->GetRange(StepRecordKey(step_path), 0, UINT64_MAX);
+  if (!body.ok()) {
+    if (body.status().err() == ENOENT) return false;  // no decision of the name now
+    return body.status();
+  }
+  auto record = DecodeClusterStepRecord(*body);
+  if (!record.ok()) return record.status();
+  // The removed step's own decision, not deleted yet (its removal deletes it last).
+  return !Tombstoned(step_path, record->proposal);
+}
+
 bool ClusterBook::Tombstoned(const std::string& step_path, const std::string& proposal) {
   return ProposalIn(StepIndexKey(step_path, 'r')) == proposal;
 }

@@ -1043,6 +1043,46 @@ TEST(ClusterCommitTest, ASaveOfARemovedNameOnANodeWithAnOldViewIsANewStep) {
   EXPECT_EQ(a.State(seen->ino), "committed");
 }
 
+// A node deletes its own uploads of a removed step from its own queue, on its own
+// schedule: after a restart, perhaps days later, when the name has been saved
+// again and the keys hold the new step's objects. Those deletions are dropped
+// once a decision of the name other than the removed one is in the bucket.
+TEST(ClusterCommitTest, LateDeletionsOfARemovedStepSpareASaveOfItsNameAgain) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  const std::vector<std::string> keys = {"run/step7/x", "run/step7/sub/y",
+                                         "run/step7/.ckptfs-commit.json", "run/step8/z",
+                                         "run/latest"};
+  auto skipped = [&] {
+    auto got = a.fs().KeysOfStepsSavedAgain(keys);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    return got.ok() ? *got : std::set<std::string>{};
+  };
+  // No decision of the name: every deletion goes ahead.
+  EXPECT_TRUE(skipped().empty());
+  auto decision = [&](const std::string& proposal) {
+    ClusterStepRecord r;
+    r.step_path = "run/step7";
+    r.step = 7;
+    r.proposal = proposal;
+    r.committer = "b";
+    r.parts["b"] = ClusterStepRecord::Part{1, 0};
+    ASSERT_TRUE(bucket.Put("run/step7/.ckptfs-step.json", EncodeClusterStepRecord(r)).ok());
+  };
+  ASSERT_TRUE(bucket
+                  .Put(StepIndexKey("run/step7", 'r'),
+                       R"({"format":"ckptfs-index","proposal":"b~0001","state":"removed"})"
+                       "\n")
+                  .ok());
+  // The removed step's decision, not deleted yet by its removal: go ahead.
+  decision("b~0001");
+  EXPECT_TRUE(skipped().empty());
+  // The name saved again (another decision): its keys are spared.
+  decision("c~0002");
+  EXPECT_EQ(skipped(), (std::set<std::string>{"run/step7/x", "run/step7/sub/y",
+                                              "run/step7/.ckptfs-commit.json"}));
+}
+
 TEST(ClusterCommitTest, ACommittedStepCannotBeRenamedButAWritingOneCan) {
   MemoryObjectStore bucket;
   Node a("a", &bucket);

@@ -156,6 +156,9 @@ class SimHooks final : public ClusterHooks {
   void MaybeRefresh() override {
     if (!muted_) book_->MaybeRefresh();
   }
+  Result<bool> StepSavedAgain(const std::string& step_path) override {
+    return book_->StepSavedAgain(step_path);
+  }
   void RefreshForNewStep() override {
     if (!muted_) book_->RefreshForNewStep();
   }

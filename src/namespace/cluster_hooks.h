@@ -78,6 +78,10 @@ class ClusterHooks {
   // few milliseconds old (not --refresh): the removal of the name the new
   // step follows (RemovalSeen) must be known. Blocking.
   virtual void RefreshForNewStep() = 0;
+  // Whether the step's name was saved again after the removal its tombstone
+  // records: a decision of the name is in the bucket and it is not the
+  // removed one. Blocking (one or two GETs).
+  virtual Result<bool> StepSavedAgain(const std::string& step_path) = 0;
 
   // Waits until the owner node's part record says the file is uploaded, and
   // returns that record (the file's size, CRC32C and chunk CRCs are in it).

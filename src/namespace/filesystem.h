@@ -262,6 +262,8 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   Result<RemoteGcBatch> NextRemoteDeletions(size_t max) override;
   Status RemoteDeletionsDone(const RemoteGcBatch& batch) override;
   size_t RemoteDeletionsQueued() override;
+  Result<std::set<std::string>> KeysOfStepsSavedAgain(
+      const std::vector<std::string>& keys) override;
   std::vector<EvictionCandidate> EvictionCandidates() override;
   Status Evict(uint64_t ino) override;
   Status MarkResident(uint64_t ino, BackingFile* file) override;

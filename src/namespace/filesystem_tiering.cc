@@ -497,6 +497,34 @@ Status FileSystem::MarkPersisted(const PersistJob& job) {
   return txn.Write();
 }
 
+Result<std::set<std::string>> FileSystem::KeysOfStepsSavedAgain(
+    const std::vector<std::string>& keys) {
+  std::set<std::string> out;
+  if (!cluster_) return out;
+  // The step a key is under: the first component of its path the step
+  // pattern matches (steps never nest). Keys outside steps (run-level
+  // files) have none.
+  std::map<std::string, std::vector<std::string>> by_step;
+  for (const auto& key : keys) {
+    size_t begin = 0;
+    while (begin < key.size()) {
+      const size_t end = std::min(key.find('/', begin), key.size());
+      if (end == key.size()) break;  // the last component is the object's name
+      if (pattern_.Match(key.substr(begin, end - begin))) {
+        by_step[key.substr(0, end)].push_back(key);
+        break;
+      }
+      begin = end + 1;
+    }
+  }
+  for (const auto& [step, step_keys] : by_step) {
+    auto again = cluster_->StepSavedAgain(step);
+    if (!again.ok()) return again.status();
+    if (*again) out.insert(step_keys.begin(), step_keys.end());
+  }
+  return out;
+}
+
 Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
   MutexLock lock(&mu_);
   RemoteGcBatch out;

@@ -86,6 +86,15 @@ class TierPort {
   virtual Result<RemoteGcBatch> NextRemoteDeletions(size_t max) = 0;
   virtual Status RemoteDeletionsDone(const RemoteGcBatch& batch) = 0;
   virtual size_t RemoteDeletionsQueued() = 0;
+  // Cluster mode: of these keys about to be deleted, the ones under a step
+  // whose name was saved again after the removal that queued them (another
+  // node's decision of the name, not the removed one, is in the bucket):
+  // they may hold the new step's objects now, so they are not deleted. A
+  // node's own deletions of a removed step run on its own schedule, perhaps
+  // days later after a restart. Empty outside cluster mode. Blocking (reads
+  // the bucket); an error keeps the batch queued.
+  virtual Result<std::set<std::string>> KeysOfStepsSavedAgain(
+      const std::vector<std::string>& keys) = 0;
 
   // Cache eviction: files of persisted steps, closed, least recently used
   // first. Evict drops the local data (the manifest first, synced).

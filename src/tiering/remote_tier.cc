@@ -181,7 +181,26 @@ Status RemoteTier::DeleteRemoteGarbage() {
       deleting_keys_.insert(batch.keys.begin(), batch.keys.end());
     }
     if (batch.keys.empty()) return Status::Ok();
-    Status st = store_->Delete(batch.keys);
+    // Cluster mode: a step's name saved again since its removal may hold
+    // new objects under these keys; those deletions are dropped instead.
+    auto saved_again = ns_->KeysOfStepsSavedAgain(batch.keys);
+    Status st = saved_again.status();
+    if (st.ok() && !saved_again->empty()) {
+      std::vector<std::string> to_delete;
+      for (const auto& k : batch.keys) {
+        if (!saved_again->count(k)) to_delete.push_back(k);
+      }
+      events_->Append({{"event", "warning"},
+                       {"kind", "remote_gc_saved_again"},
+                       {"objects", saved_again->size()},
+                       {"key", *saved_again->begin()},
+                       {"error",
+                        "not deleted: the step's name was saved again since its "
+                        "removal, and these keys may hold the new step's objects"}});
+      if (!to_delete.empty()) st = store_->Delete(to_delete);
+    } else if (st.ok()) {
+      st = store_->Delete(batch.keys);
+    }
     NoteRemoteResult(st, "deleting objects");
     if (st.ok()) st = ns_->RemoteDeletionsDone(batch);
     {
