@@ -718,6 +718,49 @@ def test_a_save_of_a_name_being_removed_is_a_new_step_that_stays(cluster):
         proxy.close()
 
 
+@pytest.mark.timeout_s(240)
+def test_a_node_that_never_saw_the_commit_drops_the_removed_step(cluster):
+    """Node b writes its part of step5, then cannot read the bucket (every GET through
+    its proxy fails) while node a commits step5 and removes it: b never learns of the
+    commit. Before, b kept step5 as `writing` for ever once it could read again (the
+    tombstone named a step it never had committed), and a commit request there decided
+    the removed step again. Now b's first look drops what it holds of the removed save,
+    and nothing of step5 comes back, on any node or in the bucket."""
+    from fault_proxy import FaultProxy, Faults
+    c = cluster(1)
+    port = int(c.server.endpoint.rsplit(":", 1)[1])
+    proxy = FaultProxy(port, {}).start()
+    try:
+        b = c.add("b", endpoint=proxy.endpoint)
+        by_node = {"a": {"model.pt": payload(MiB, 41)}, "b": {"optim.pt": payload(MiB, 42)}}
+        write_split(c, "run/step5", by_node)
+        part = f"{c.prefix}/run/step5/.ckptfs-parts/b.json"
+
+        def b_part_synced():
+            body = c.server.get(part)
+            return bool(body) and json.loads(body).get("synced") is True, body
+        poll(b_part_synced, VISIBLE_S, "node b's part of run/step5, durable, in the bucket")
+        proxy.set_faults({"GET": Faults(status_5xx=1.0)})   # b reads nothing from now on
+        r = c["a"].commit("run/step5")
+        assert r.returncode == 0, r.stderr
+        shutil.rmtree(c["a"].path("run/step5"))
+        poll(lambda: (not bucket_keys(c, "run/step5/"), bucket_keys(c, "run/step5/")),
+             PERSIST_S, "a's removal of run/step5 done in the bucket")
+        proxy.set_faults({})
+        poll(lambda: (not os.path.lexists(b.path("run/step5")), None), VISIBLE_S,
+             "run/step5 gone on node b")
+        assert any(e.get("kind") == "cluster_leftover" and e.get("path") == "run/step5"
+                   for e in b.events()), b.events()[-5:]
+        time.sleep(2 * cluster_fixture.REFRESH_S + 1)
+        assert not bucket_keys(c, "run/step5/"), bucket_keys(c, "run/step5/")
+        index = bucket_keys(c, ".ckptfs-index/")
+        assert not any(k.endswith("step5~c.json") for k in index), index
+        for name, m in c.nodes.items():
+            assert not os.path.lexists(m.path("run/step5")), name
+    finally:
+        proxy.close()
+
+
 @pytest.mark.timeout_s(180)
 def test_a_node_nobody_looks_at_learns_the_commit_from_its_watch(cluster):
     """Node b's ranks close their files and go back to training: nothing on b looks
