@@ -454,7 +454,7 @@ Result<ClusterStepRecord> ClusterBook::DecideStep(const ClusterStepRecord& propo
     }
     auto tomb = entries->find('r');
     if (tomb != entries->end() && !tomb->second.empty() && follows_removal != tomb->second &&
-        follows_removal != kFollowsNextRemoval) {
+        !FollowsAnyRemoval(follows_removal)) {
       // What this node put of it after the removal's sweep goes too.
       counters_.deletes++;
       (void)store_->Delete({PartRecordKey(proposal.step_path, options_.node)});
@@ -853,7 +853,7 @@ std::string ClusterBook::RemovalSeen(const std::string& step_path) {
   MutexLock lock(&mu_);
   if (removing_.count(step_path) || !tombstones_known_) return kFollowsNextRemoval;
   auto it = tombstone_tags_.find(step_path);
-  return it == tombstone_tags_.end() ? "" : it->second;
+  return it == tombstone_tags_.end() ? kFollowsNoRemoval : it->second;
 }
 
 Result<std::map<char, std::string>> ClusterBook::IndexEntriesOf(const std::string& step_path) {
@@ -883,7 +883,7 @@ bool ClusterBook::UndoneAfterRemoval(const std::string& step_path, const std::st
 bool ClusterBook::SettleLeftover(const std::string& step_path, const ClusterPort::StepView& view,
                                  const std::string& tag) {
   if (tag.empty() || view.follows_removal == tag) return false;
-  if (view.follows_removal == kFollowsNextRemoval) {
+  if (FollowsAnyRemoval(view.follows_removal)) {
     {
       MutexLock lock(&mu_);
       if (removing_.count(step_path)) return false;  // its own tombstone is not written yet
@@ -993,7 +993,7 @@ Status ClusterBook::RemoveFromBucket(const std::string& step_path) {
                    {"objects", keys.size() + (has_decision ? 1 : 0)}});
   // A save of the name made here meanwhile follows this removal.
   if (auto view = port_->StepViewOf(step_path);
-      view && !tag.empty() && view->follows_removal == kFollowsNextRemoval) {
+      view && !tag.empty() && FollowsAnyRemoval(view->follows_removal)) {
     port_->FollowRemoval(step_path, tag);
   }
   return Status::Ok();

@@ -91,11 +91,12 @@ struct StepRecord {
   // the step's commit object. Optional trailing field.
   std::string committer;
   // Cluster mode: the tombstone of this path (its tag in the bucket's step
-  // index) the node knew of when the step was created here, "" when none,
-  // kFollowsNextRemoval when it could not know. A tombstone with another
-  // tag removed an earlier save of the name, which this step is left over
-  // from (docs/cluster.md, "a removal a node has not seen"). Optional
-  // trailing field.
+  // index) the node knew of when the step was created here,
+  // kFollowsNoRemoval when it knew of none, kFollowsNextRemoval when it
+  // could not know, "" in records written before the field existed (as
+  // kFollowsNextRemoval). A tombstone with another tag removed an earlier
+  // save of the name, which this step is left over from (docs/cluster.md,
+  // "a removal a node has not seen"). Optional trailing field.
   std::string follows_removal;
 
   bool operator==(const StepRecord&) const;
@@ -106,6 +107,14 @@ struct StepRecord {
 // of the step index was not fresh (its refreshes failed, or none ran yet):
 // it follows the name's next tombstone, whichever that is.
 inline constexpr const char* kFollowsNextRemoval = "~next";
+// StepRecord::follows_removal of a step created while the node's view had no
+// tombstone of the name. (Never a tag: S3's ETags are quoted.)
+inline constexpr const char* kFollowsNoRemoval = "-";
+// Whether a step follows whichever tombstone of its name comes next (it
+// cannot be left over from a removed save).
+inline bool FollowsAnyRemoval(const std::string& follows_removal) {
+  return follows_removal.empty() || follows_removal == kFollowsNextRemoval;
+}
 
 // StepRecord::pending_commit bits: what the pending request was (the commit
 // procedure treats a rename and an explicit commit differently).

@@ -181,6 +181,12 @@ TEST(RecordsTest, StepFollowsRemovalRoundTripsAndOlderRecordsHaveNone) {
   rec.committer.clear();
   rec.follows_removal = kFollowsNextRemoval;
   EXPECT_EQ(*DecodeStep(EncodeStep(rec)), rec);
+  // A record from before the field follows whichever removal comes next: a
+  // save in progress across the upgrade is never taken for a leftover.
+  EXPECT_TRUE(FollowsAnyRemoval(DecodeStep(without)->follows_removal));
+  EXPECT_TRUE(FollowsAnyRemoval(kFollowsNextRemoval));
+  EXPECT_FALSE(FollowsAnyRemoval(kFollowsNoRemoval));
+  EXPECT_FALSE(FollowsAnyRemoval("\"9b2f\""));
 }
 
 TEST(RecordsTest, ObjectOwnerNodeRoundTripsAndOlderRecordsHaveNone) {

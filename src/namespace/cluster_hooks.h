@@ -63,8 +63,8 @@ class ClusterHooks {
                                                const std::string& follows_removal) = 0;
 
   // What a step created here now follows (StepRecord::follows_removal): the
-  // tag of the name's tombstone in this node's view of the step index, ""
-  // when it has none, kFollowsNextRemoval while this node's own removal of
+  // tag of the name's tombstone in this node's view of the step index,
+  // kFollowsNoRemoval when it has none, kFollowsNextRemoval while this node's own removal of
   // the name is on its way to the bucket or its view is not fresh (its last
   // refresh failed, or none ran yet). Non-blocking: called with
   // FileSystem::mu_ held.

@@ -600,7 +600,7 @@ Status FileSystem::DropLeftoverStep(const std::string& step_path, const std::str
   if (it == steps_.end() || it->second.state == StepState::kCommitted ||
       it->second.state == StepState::kDeleting ||
       (!tombstone.empty() && it->second.follows_removal == tombstone) ||
-      it->second.follows_removal == kFollowsNextRemoval) {
+      FollowsAnyRemoval(it->second.follows_removal)) {
     return Status::Ok();
   }
   if (const StepRuntime* rt = steps_.FindRuntime(step); rt && rt->committing) return Status::Ok();
