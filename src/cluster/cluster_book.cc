@@ -891,7 +891,8 @@ bool ClusterBook::SettleLeftover(const std::string& step_path, const ClusterPort
     port_->FollowRemoval(step_path, tag);
     return false;
   }
-  if (!port_->DropLeftoverStep(step_path, tag).ok()) return false;
+  auto dropped = port_->DropLeftoverStep(step_path, tag);
+  if (!dropped.ok() || !*dropped) return false;
   // What it put in the bucket after the removal's sweep goes too.
   counters_.deletes++;
   (void)store_->Delete({PartRecordKey(step_path, options_.node)});

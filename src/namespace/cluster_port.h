@@ -71,8 +71,11 @@ class ClusterPort {
   // removed for the cluster (a tombstone tagged `tombstone` that the step
   // does not follow, and this node's part of it gone from the bucket): drops
   // it, whatever its state but committed, without announcing a removal.
-  // Nothing when the step follows that tombstone after all.
-  virtual Status DropLeftoverStep(const std::string& step_path, const std::string& tombstone) = 0;
+  // Answers whether it dropped the step: not when the step follows that
+  // tombstone after all, is committed or being removed here, or is being
+  // committed (its decision then refuses it).
+  virtual Result<bool> DropLeftoverStep(const std::string& step_path,
+                                        const std::string& tombstone) = 0;
   // The step here follows the tombstone tagged `tombstone` (a save of the
   // name after that removal): recorded, so later refreshes need not ask.
   virtual void FollowRemoval(const std::string& step_path, const std::string& tombstone) = 0;

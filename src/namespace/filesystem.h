@@ -232,7 +232,8 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   Status ApplyClusterStep(const ClusterStepRecord& record) override;
   Status ApplyClusterPersisted(const std::string& step_path) override;
   Status RemoveClusterStep(const std::string& step_path) override;
-  Status DropLeftoverStep(const std::string& step_path, const std::string& tombstone) override;
+  Result<bool> DropLeftoverStep(const std::string& step_path,
+                                const std::string& tombstone) override;
   void FollowRemoval(const std::string& step_path, const std::string& tombstone) override;
   std::optional<StepView> StepViewOf(const std::string& step_path) override;
   std::vector<AwaitedPart> PartsAwaited() override;

@@ -593,7 +593,8 @@ Status FileSystem::RemoveClusterStep(const std::string& step_path) {
   return txn.WriteSynced();
 }
 
-Status FileSystem::DropLeftoverStep(const std::string& step_path, const std::string& tombstone) {
+Result<bool> FileSystem::DropLeftoverStep(const std::string& step_path,
+                                          const std::string& tombstone) {
   MutexLock lock(&mu_);
   const uint64_t step = ResolveRelativeLocked(kRootIno, step_path);
   auto it = steps_.find(step);
@@ -601,9 +602,9 @@ Status FileSystem::DropLeftoverStep(const std::string& step_path, const std::str
       it->second.state == StepState::kDeleting ||
       (!tombstone.empty() && it->second.follows_removal == tombstone) ||
       FollowsAnyRemoval(it->second.follows_removal)) {
-    return Status::Ok();
+    return false;
   }
-  if (const StepRuntime* rt = steps_.FindRuntime(step); rt && rt->committing) return Status::Ok();
+  if (const StepRuntime* rt = steps_.FindRuntime(step); rt && rt->committing) return false;
   // A save of the name that the cluster committed and then removed, which
   // this node never saw committed (it learnt of neither in time): what it
   // holds of it is that removed step's, as a shared namespace would have
@@ -620,7 +621,8 @@ Status FileSystem::DropLeftoverStep(const std::string& step_path, const std::str
   applying_cluster_removal_ = true;
   RemoveStepLocked(step, "removed by another node of the cluster", txn.batch());
   applying_cluster_removal_ = false;
-  return txn.WriteSynced();  // as RemoveClusterStep's
+  CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());  // as RemoveClusterStep's
+  return true;
 }
 
 void FileSystem::FollowRemoval(const std::string& step_path, const std::string& tombstone) {
