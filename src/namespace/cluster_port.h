@@ -68,9 +68,9 @@ class ClusterPort {
   // (without announcing the removal again).
   virtual Status RemoveClusterStep(const std::string& step_path) = 0;
   // The step here is left over from a save of the name that another node
-  // removed for the cluster (a tombstone tagged `tombstone` that the step
-  // does not follow, and this node's part of it gone from the bucket): drops
-  // it, whatever its state but committed, without announcing a removal.
+  // removed for the cluster (a tombstone tagged `tombstone`, or any when
+  // empty, that the step does not follow): drops it, whatever its state but
+  // committed, without announcing a removal.
   // Answers whether it dropped the step: not when the step follows that
   // tombstone after all, is committed or being removed here, or is being
   // committed (its decision then refuses it).
