@@ -625,24 +625,34 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     // Removed here, its tombstone not yet written: the index still says
     // committed, which must not bring the step back.
     if (removing.count(step)) continue;
-    auto view = views.find(step);
+    auto found = views.find(step);
+    const ClusterPort::StepView* view = found == views.end() ? nullptr : &found->second;
     if (seen.removed) {
       // A tombstone removes the record it names; a commit of the same name
       // made after it (another proposal) is a new step.
-      bool removed = !seen.committed ||
-                     ProposalIn(StepIndexKey(step, 'r')) == ProposalIn(StepIndexKey(step, 'c'));
+      const std::string removed_proposal =
+          seen.committed ? ProposalIn(StepIndexKey(step, 'r')) : "";
+      bool removed = !seen.committed || removed_proposal == ProposalIn(StepIndexKey(step, 'c'));
       if (removed) {
-        if (view != views.end() && view->second.committed && port_->RemoveClusterStep(step).ok()) {
+        if (view && view->committed && port_->RemoveClusterStep(step).ok()) {
           removed_here = true;
-        } else if (view != views.end() && !view->second.committed &&
-                   SettleLeftover(step, view->second, seen.tombstone)) {
+        } else if (view && !view->committed && SettleLeftover(step, *view, seen.tombstone)) {
           removed_here = true;
         }
         continue;
       }
+      // Saved again after the removal. A node that learnt of neither in
+      // time still holds the removed save committed: it goes, and the new
+      // save is applied below as any step this node does not have.
+      if (view && view->committed && !view->decision.empty() &&
+          view->decision == removed_proposal) {
+        if (!port_->RemoveClusterStep(step).ok()) continue;
+        removed_here = true;
+        view = nullptr;
+      }
     }
     if (!seen.committed) continue;
-    bool committed = view != views.end() && view->second.committed;
+    bool committed = view && view->committed;
     if (!committed) {
       counters_.index_gets++;
       auto body = store_->GetRange(StepIndexKey(step, 'c'), 0, UINT64_MAX);
@@ -666,13 +676,12 @@ void ClusterBook::RefreshNow(uint64_t seen) {
       }
       committed = true;
     }
-    if (seen.persisted && committed && (view == views.end() || !view->second.persisted)) {
+    if (seen.persisted && committed && (!view || !view->persisted)) {
       (void)port_->ApplyClusterPersisted(step);
     }
     // Persisted by this node's duty, but the index does not say so: the PUT
     // of ~p was lost (a kill -9 before the book's pass). Put again.
-    if (!seen.persisted && view != views.end() && view->second.persisted &&
-        view->second.committed_here) {
+    if (!seen.persisted && view && view->persisted && view->committed_here) {
       StepPersisted(step);
     }
   }

@@ -1043,6 +1043,55 @@ TEST(ClusterCommitTest, ASaveOfARemovedNameOnANodeWithAnOldViewIsANewStep) {
   EXPECT_EQ(a.State(seen->ino), "committed");
 }
 
+// A node that holds a step committed and learns of neither its removal nor the save
+// of its name again before both are done (--refresh 1 h here) finds, when it next
+// looks, a tombstone and a committed entry of another save. The tombstone names the
+// decision its step was committed with (StepRecord::decision): that step goes and the
+// new save takes its place, as in a shared namespace. Before, the node kept the
+// removed save's contents for good.
+TEST(ClusterCommitTest, ANodeThatMissedARemovalAndTheSaveAgainShowsTheNewSave) {
+  MemoryObjectStore bucket;
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  ManualClock book_clock;  // c's view ages only as the test says
+  Node c("c", &bucket, 0, true, nullptr, 100'000'000, &book_clock, 0,
+         /*refresh_ns=*/3600'000'000'000LL);
+  const uint64_t old_step = a.Step("step6");
+  WriteFile(a.fs(), old_step, "x", "OLD");
+  a.Commit(old_step);
+  ASSERT_EQ(a.State(old_step), "committed");
+  // c learns of the commit.
+  auto run_c = c.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_c.ok()) << run_c.status().ToString();
+  auto held = c.fs().Lookup(run_c->ino, "step6");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(c.State(held->ino), "committed");
+  ASSERT_TRUE(c.fs().Lookup(held->ino, "x").ok());
+  // a removes it; b saves the name again with other contents. c looks at neither.
+  auto run_a = a.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_a.ok());
+  ASSERT_TRUE(a.fs().Unlink(old_step, "x").ok());
+  ASSERT_TRUE(a.fs().Rmdir(run_a->ino, "step6").ok());
+  a.Background();
+  ASSERT_TRUE(bucket.Head(StepIndexKey("run/step6", 'r')).ok());
+  const uint64_t again = b.Step("step6");
+  WriteFile(b.fs(), again, "y", "NEW!");
+  b.Commit(again);
+  ASSERT_EQ(b.State(again), "committed") << b.env().events.Render();
+  ASSERT_TRUE(bucket.Head(StepIndexKey("run/step6", 'c')).ok());
+  // An hour later c looks again.
+  book_clock.Advance(3601'000'000'000LL);
+  ASSERT_TRUE(c.fs().Lookup(kRootIno, "run").ok());
+  c.Background();
+  auto now = c.fs().Lookup(run_c->ino, "step6");
+  ASSERT_TRUE(now.ok()) << now.status().ToString() << c.env().events.Render();
+  EXPECT_EQ(c.State(now->ino), "committed");
+  EXPECT_EQ(c.fs().Lookup(now->ino, "x").status().err(), ENOENT) << "the removed save's file";
+  auto y = c.fs().Lookup(now->ino, "y");
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ(y->attr.st_size, 4);
+}
+
 // A node deletes its own uploads of a removed step from its own queue, on its own
 // schedule: after a restart, perhaps days later, when the name has been saved
 // again and the keys hold the new step's objects. Those deletions are dropped

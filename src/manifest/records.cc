@@ -131,7 +131,7 @@ bool StepRecord::operator==(const StepRecord& o) const {
          bytes == o.bytes && files == o.files && error == o.error && ephemeral == o.ephemeral &&
          persisted == o.persisted && session == o.session && best_ref == o.best_ref &&
          pending_commit == o.pending_commit && committer == o.committer &&
-         follows_removal == o.follows_removal;
+         follows_removal == o.follows_removal && decision == o.decision;
 }
 
 const char* StepStateName(StepState state) {
@@ -260,7 +260,8 @@ std::string EncodeStep(const StepRecord& rec) {
   e.U8(rec.persisted ? 1 : 0);
   // Trailing fields added later are written only when set, so records of
   // steps that do not use them stay readable by older versions.
-  const bool follows = !rec.follows_removal.empty();
+  const bool decided = !rec.decision.empty();
+  const bool follows = !rec.follows_removal.empty() || decided;
   const bool cluster = !rec.committer.empty() || follows;
   if (rec.session != 0 || !rec.best_ref.empty() || rec.pending_commit != 0 || cluster) {
     e.U64(rec.session);
@@ -269,6 +270,7 @@ std::string EncodeStep(const StepRecord& rec) {
   if (rec.pending_commit != 0 || cluster) e.U8(rec.pending_commit);
   if (cluster) e.String(rec.committer);
   if (follows) e.String(rec.follows_removal);
+  if (decided) e.String(rec.decision);
   return std::move(e).Finish();
 }
 
@@ -293,6 +295,7 @@ Result<StepRecord> DecodeStep(std::string_view value) {
   if (d.HasMore()) rec.pending_commit = d.U8();
   if (d.HasMore()) rec.committer = d.String();
   if (d.HasMore()) rec.follows_removal = d.String();
+  if (d.HasMore()) rec.decision = d.String();
   if (!d.Done()) return Corrupt("step");
   return rec;
 }

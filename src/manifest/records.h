@@ -98,6 +98,12 @@ struct StepRecord {
   // save of the name, which this step is left over from (docs/cluster.md,
   // "a removal a node has not seen"). Optional trailing field.
   std::string follows_removal;
+  // Cluster mode: the proposal of the decision this step was committed with
+  // (ClusterStepRecord::proposal), "" when not committed from a decision or
+  // written before the field existed. A tombstone of the name that names it
+  // removed this very save, also when the name has been saved again since
+  // (docs/cluster.md, "a node that missed both"). Optional trailing field.
+  std::string decision;
 
   bool operator==(const StepRecord&) const;
 };

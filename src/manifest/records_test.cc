@@ -189,6 +189,20 @@ TEST(RecordsTest, StepFollowsRemovalRoundTripsAndOlderRecordsHaveNone) {
   EXPECT_FALSE(FollowsAnyRemoval("\"9b2f\""));
 }
 
+TEST(RecordsTest, StepDecisionRoundTripsAndOlderRecordsHaveNone) {
+  StepRecord rec = SampleStep();
+  rec.committer = "gpu-017";
+  const std::string without = EncodeStep(rec);
+  EXPECT_EQ(DecodeStep(without)->decision, "");
+  rec.decision = "gpu-017~8c1d";
+  const std::string with = EncodeStep(rec);
+  // follows_removal ("" written, 4 bytes) comes before it.
+  EXPECT_EQ(with.size(), without.size() + 4 + 4 + 12);
+  EXPECT_EQ(*DecodeStep(with), rec);
+  rec.follows_removal = "\"9b2f\"";
+  EXPECT_EQ(*DecodeStep(EncodeStep(rec)), rec);
+}
+
 TEST(RecordsTest, ObjectOwnerNodeRoundTripsAndOlderRecordsHaveNone) {
   ObjectRecord object{"a/step1/x", 10, 5, 0, false, false, 0, {}, ""};
   const std::string mine = EncodeObject(object);

@@ -54,6 +54,7 @@ class ClusterPort {
     bool persisted = false;
     bool committed_here = false;  // this node's decision won: its persist duty
     std::string follows_removal;  // StepRecord::follows_removal
+    std::string decision;         // StepRecord::decision, when committed
   };
   virtual std::map<std::string, StepView> StepViews() = 0;
 

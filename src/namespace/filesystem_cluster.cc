@@ -308,6 +308,7 @@ ClusterPort::StepView ViewOfRecord(const StepRecord& rec, const ClusterHooks* cl
   v.persisted = v.committed && rec.persisted;
   v.committed_here = v.committed && cluster && rec.committer == cluster->node();
   v.follows_removal = rec.follows_removal;
+  v.decision = v.committed ? rec.decision : "";
   return v;
 }
 
@@ -424,6 +425,7 @@ CommitFacts FileSystemCore::ClusterCommitFacts(const StepRecord& before,
   facts.session = before.session;
   facts.best_ref = record.best_ref;
   facts.committer = record.committer;
+  facts.decision = record.proposal;
   return facts;
 }
 

@@ -428,6 +428,7 @@ Status FileSystem::FinishCommit(const CommitPlan& plan) {
   facts.session = plan.session;
   facts.best_ref = plan.best_ref;
   facts.committer = it->second.committer;
+  facts.decision = it->second.decision;
   facts.persisted = it->second.persisted;
   // Inode numbers, not pointers: retention below may evict inodes.
   std::vector<uint64_t> sealed;

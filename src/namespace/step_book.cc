@@ -46,6 +46,7 @@ StepRecord StepBook::Commit(uint64_t ino, const CommitFacts& facts, ManifestBatc
   rec.session = facts.session;
   rec.best_ref = facts.best_ref;
   rec.committer = facts.committer;
+  rec.decision = facts.decision;
   rec.persisted = facts.persisted;
   rec.pending_commit = 0;
   Put(ino, rec, batch);

@@ -59,6 +59,7 @@ struct CommitFacts {
   uint64_t session = 0;    // the trainer process that asked (0 = unknown)
   std::string best_ref;    // the checkpoint the trainer calls best
   std::string committer;   // cluster mode: the node that decided ("" = local)
+  std::string decision;    // cluster mode: the decided proposal (StepRecord::decision)
   bool persisted = false;  // imported from the bucket: its copy is complete
 };
 
