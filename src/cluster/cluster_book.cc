@@ -521,6 +521,8 @@ void ClusterBook::RefreshForNewStep() {
   RefreshWithin(std::min<int64_t>(options_.refresh_ns, kNewStepViewAgeNs));
 }
 
+void ClusterBook::RefreshForRetention() { RefreshWithin(0); }
+
 void ClusterBook::RefreshWithin(int64_t max_age_ns) {
   const int64_t start = Now();
   if (ever_refreshed_ && start - refreshed_at_ < max_age_ns) return;

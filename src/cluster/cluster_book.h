@@ -106,6 +106,7 @@ class ClusterBook : public ClusterHooks {
   std::string RemovalSeen(const std::string& step_path) override;
   void MaybeRefresh() override;
   void RefreshForNewStep() override;
+  void RefreshForRetention() override;
   Result<bool> StepSavedAgain(const std::string& step_path) override;
   Result<PartRecord> AwaitUpload(const std::string& step_path, const std::string& rel_path,
                                  const std::string& owner) override;

@@ -1189,6 +1189,45 @@ TEST(ClusterCommitTest, RetentionIsDecidedByTheCommitterForEveryNode) {
   EXPECT_EQ(b.State(step2->ino), "committed");
 }
 
+// Retention is planned on a view of the cluster just read (SPEC section 9): node a,
+// whose view is an hour old (--refresh 1 h), commits step2 with keep_last 1 after b
+// persisted step1. On a's old view step1 was not persisted yet, so no rule kept it
+// and a removed the cluster's newest persisted step before step2 was persisted.
+TEST(ClusterCommitTest, RetentionPlansOnAViewReadAfterTheDecision) {
+  MemoryObjectStore bucket;
+  ManualClock book_clock;  // a's view ages only as the test says
+  Node a("a", &bucket, 0, true, nullptr, 100'000'000, &book_clock, 0,
+         /*refresh_ns=*/3600'000'000'000LL);
+  Node b("b", &bucket);
+  const uint64_t step1 = b.Step("step1");
+  WriteFile(b.fs(), step1, "x", "ONE");
+  b.Commit(step1);
+  ASSERT_EQ(b.State(step1), "committed");
+  // a learns of step1's commit, and starts step2 while step1 is not persisted.
+  auto run_a = a.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_a.ok()) << run_a.status().ToString();
+  ASSERT_TRUE(a.fs().SetXattr(run_a->ino, "user.ckptfs.keep_last", "1", 0).ok());
+  const uint64_t step2 = a.Step("step2");
+  WriteFile(a.fs(), step2, "y", "TWO");
+  auto seen = a.fs().Lookup(run_a->ino, "step1");
+  ASSERT_TRUE(seen.ok());
+  ASSERT_EQ(a.State(seen->ino), "committed");
+  // b persists step1 (its committer's duty; here its index entry alone).
+  b.book().StepPersisted("run/step1");
+  b.Background();
+  ASSERT_TRUE(bucket.Head(StepIndexKey("run/step1", 'p')).ok());
+  book_clock.Advance(1'000'000'000);  // a's view: a second old, not stale by --refresh
+  a.Commit(step2);
+  ASSERT_EQ(a.State(step2), "committed") << a.env().events.Render();
+  // step1 is the newest persisted step until step2 is persisted: kept, everywhere.
+  auto kept = a.fs().Lookup(run_a->ino, "step1");
+  ASSERT_TRUE(kept.ok()) << a.env().events.Render();
+  EXPECT_EQ(a.Xattr(kept->ino, "user.ckptfs.persisted"), "true");
+  a.Background();
+  EXPECT_TRUE(bucket.Head(StepIndexKey("run/step1", 'c')).ok());
+  EXPECT_EQ(bucket.Head(StepIndexKey("run/step1", 'r')).status().err(), ENOENT);
+}
+
 // run/step1 with one file on each of three nodes (x on a, y on b, z on c),
 // committed on a; returns a's step ino.
 uint64_t CommitAcrossThreeNodes(Node& a, Node& b, Node& c) {

@@ -162,6 +162,9 @@ class SimHooks final : public ClusterHooks {
   void RefreshForNewStep() override {
     if (!muted_) book_->RefreshForNewStep();
   }
+  void RefreshForRetention() override {
+    if (!muted_) book_->RefreshForRetention();
+  }
   Result<PartRecord> AwaitUpload(const std::string& step_path, const std::string& rel_path,
                                  const std::string& owner) override {
     if (!Uploaded(step_path, rel_path, owner)) {

@@ -78,6 +78,11 @@ class ClusterHooks {
   // few milliseconds old (not --refresh): the removal of the name the new
   // step follows (RemovalSeen) must be known. Blocking.
   virtual void RefreshForNewStep() = 0;
+  // The same before this node plans the run's retention for the cluster
+  // (after its decision won, or its persist duty ended): a view read now,
+  // whatever its age, so that no step another node persisted or removed
+  // meanwhile is planned on as it was (SPEC section 9). Blocking.
+  virtual void RefreshForRetention() = 0;
   // Whether the step's name was saved again after the removal its tombstone
   // records: a decision of the name is in the bucket and it is not the
   // removed one. Blocking (one or two GETs).

@@ -352,6 +352,10 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   // Brings the cluster's steps up to date when the view is older than
   // --refresh; call without mu_.
   void MaybeRefreshCluster() EXCLUDES(mu_);
+  // Before this node plans retention for the cluster in the run of
+  // step_ino: reads the cluster's view afresh when the run has a policy
+  // (one LIST). Call without mu_.
+  void RefreshClusterForRetention(uint64_t step_ino) EXCLUDES(mu_);
   // Before a read of another node's file: waits for its upload and records
   // its CRCs. Call without mu_.
   Status AwaitOwnerUpload(FileHandle* fh) EXCLUDES(mu_);

@@ -123,6 +123,17 @@ void FileSystem::MaybeRefreshCluster() {
   if (cluster_) cluster_->MaybeRefresh();
 }
 
+void FileSystem::RefreshClusterForRetention(uint64_t step_ino) {
+  if (!cluster_) return;
+  {
+    MutexLock lock(&mu_);
+    Inode* step = inodes_.Find(step_ino);
+    Inode* run = step ? inodes_.Find(step->rec.parent) : nullptr;
+    if (!run || !run->is_dir() || PolicyOf(run).empty()) return;  // nothing to plan
+  }
+  cluster_->RefreshForRetention();
+}
+
 PartRecord::File FileSystemCore::PartFileLocked(const Inode& file, const std::string& rel) {
   PartRecord::File f;
   f.path = rel;
@@ -584,9 +595,13 @@ Status FileSystem::RemoveClusterStep(const std::string& step_path) {
     return Status::Ok();
   }
   if (const StepRuntime* rt = steps_.FindRuntime(step); rt && rt->committing) return Status::Ok();
+  return ApplyClusterRemovalLocked(step);
+}
+
+Status FileSystemCore::ApplyClusterRemovalLocked(uint64_t step_ino) {
   Transaction txn = BeginLocked();
   applying_cluster_removal_ = true;
-  RemoveStepLocked(step, "removed by another node of the cluster", txn.batch());
+  RemoveStepLocked(step_ino, "removed by another node of the cluster", txn.batch());
   applying_cluster_removal_ = false;
   // Synced: the batch queues the deletion of what this node uploaded of the
   // step (some of it perhaps after the removing node's sweep). A power loss
@@ -619,11 +634,7 @@ Result<bool> FileSystem::DropLeftoverStep(const std::string& step_path,
                    {"error",
                     "left over from a save of the name that another node removed for "
                     "the cluster; dropped here"}});
-  Transaction txn = BeginLocked();
-  applying_cluster_removal_ = true;
-  RemoveStepLocked(step, "removed by another node of the cluster", txn.batch());
-  applying_cluster_removal_ = false;
-  CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());  // as RemoveClusterStep's
+  CKPTFS_RETURN_IF_ERROR(ApplyClusterRemovalLocked(step));
   return true;
 }
 
@@ -871,6 +882,11 @@ Status FileSystem::DecideCluster(CommitPlan* plan) {
   }
   if (!decided.ok()) return decided.status();
   plan->decided = std::move(decided).value();
+  // The step is committed for the cluster from here on. If this node's
+  // decision won, it plans the run's retention next (FinishClusterCommit),
+  // on a view read now rather than one up to --refresh old: a step another
+  // node persisted or removed meanwhile would be planned on as it was.
+  if (plan->decided->committer == cluster_->node()) RefreshClusterForRetention(plan->step_ino);
   return Status::Ok();
 }
 

@@ -212,6 +212,9 @@ class FileSystemCore {
   void RemoveStepLocked(uint64_t step_ino, const std::string& reason, ManifestBatch* batch)
       REQUIRES(mu_);
   void RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) REQUIRES(mu_);
+  // Another node's removal of the step, applied here (RemoveStepLocked
+  // without announcing it again), in a synced write of its own.
+  Status ApplyClusterRemovalLocked(uint64_t step_ino) REQUIRES(mu_);
   Status ValidateXattrLocked(Inode* inode, const std::string& name, const std::string& value)
       REQUIRES(mu_);
 

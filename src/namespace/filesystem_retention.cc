@@ -146,10 +146,10 @@ void FileSystemCore::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch
   if (!run || !run->is_dir()) return;
   // Cluster mode: retention is decided once for the cluster, by the node
   // that commits (or persists) the run's newest step, with the view it just
-  // refreshed; its removals reach the other nodes through the bucket. A node
-  // that restarts never prunes from what it remembers (SPEC section 9): the
-  // mount-time pass runs before the cluster hooks are attached, so the rule
-  // keys on the configured node name as well as on the hooks.
+  // refreshed (RefreshClusterForRetention, before mu_ is taken); its removals reach the other nodes
+  // through the bucket. A node that restarts never prunes from what it remembers (SPEC section 9):
+  // the mount-time pass runs before the cluster hooks are attached, so the rule keys on the
+  // configured node name as well as on the hooks.
   const bool cluster_mode = cluster_ != nullptr || !options_.node.empty();
   if (cluster_mode && !retention_by_committer_) return;
   for (const StepDecision& d : PlanLocked(run)) {

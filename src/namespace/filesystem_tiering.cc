@@ -468,6 +468,9 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
 }
 
 Status FileSystem::MarkPersisted(const PersistJob& job) {
+  // Retention runs below for the cluster (only the committer of a cluster
+  // step gets here): on a view read now.
+  RefreshClusterForRetention(job.step_ino);
   MutexLock lock(&mu_);
   ledger_.Release(job.key);
   Transaction txn = BeginLocked();
