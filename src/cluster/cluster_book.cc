@@ -1252,6 +1252,13 @@ void ClusterBook::AddStatus(nlohmann::json* status) const {
                        {"run_file_puts", counters_.run_file_puts.load()},
                        {"run_file_gets", counters_.run_file_gets.load()}};
   block["closes_published_later"] = counters_.closes_published_later.load();
+  // Whether the last refresh read the step index: false before the first
+  // one ends and while they fail. A step directory made meanwhile follows
+  // whichever removal of its name comes next (docs/cluster.md).
+  {
+    MutexLock lock(&mu_);
+    block["view_known"] = tombstones_known_;
+  }
   fence_.AddStatus(&block);
 }
 

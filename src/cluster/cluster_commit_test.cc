@@ -137,7 +137,17 @@ TEST(ClusterCommitTest, TheBookWritesTheWholeClusterBlockOfStatus) {
   block.erase("requests");
   EXPECT_EQ(
       block.dump(),
-      R"({"closes_published_later":0,"conditional_put":"supported","epoch":1,"fenced":null,"job_nodes":null,"node":"a","refresh_s":2.5})");
+      R"({"closes_published_later":0,"conditional_put":"supported","epoch":1,"fenced":null,"job_nodes":null,"node":"a","refresh_s":2.5,"view_known":false})");
+  // Known once a refresh read the step index; not while the bucket fails them.
+  book.MaybeRefresh();
+  status = nlohmann::json::object();
+  book.AddStatus(&status);
+  EXPECT_EQ(status["cluster"]["view_known"], true);
+  bucket.SetUnavailable(true);
+  book.RefreshForRetention();  // whatever the view's age
+  status = nlohmann::json::object();
+  book.AddStatus(&status);
+  EXPECT_EQ(status["cluster"]["view_known"], false);
 }
 
 // The part record of run/<step> that node has in the bucket.

@@ -732,6 +732,12 @@ def test_a_node_that_never_saw_the_commit_drops_the_removed_step(cluster):
     proxy = FaultProxy(port, {}).start()
     try:
         b = c.add("b", endpoint=proxy.endpoint)
+        # b's view must be known before it makes the step: a step directory made
+        # while it is not (b's first refresh took longer than a lookup waits, 1 s, on
+        # a loaded machine) follows whichever removal comes next, and is kept.
+        os.listdir(b.path(""))
+        poll(lambda: (b.status()["cluster"].get("view_known") is True, b.status()["cluster"]),
+             VISIBLE_S, "node b's first refresh of the step index")
         by_node = {"a": {"model.pt": payload(MiB, 41)}, "b": {"optim.pt": payload(MiB, 42)}}
         write_split(c, "run/step5", by_node)
         part = f"{c.prefix}/run/step5/.ckptfs-parts/b.json"
