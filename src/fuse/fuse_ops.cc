@@ -88,6 +88,11 @@ void OnInit(void* /*userdata*/, fuse_conn_info* conn) {
   // drop them on its own.
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  // Every listing carries the entries' attributes (READDIRPLUS), not only
+  // the first page of it (the "auto" mode): rm -rf and ls -l of a step of
+  // thousands of files then need no LOOKUP per file.
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
 void OnLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -294,6 +299,24 @@ void OnReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
   fuse_reply_buf(req, buf.data(), used);
 }
 
+void OnReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* /*fi*/) {
+  // The same size function the buffer is filled with: every entry the
+  // daemon counted a lookup for reaches the kernel.
+  auto size_of = [req](const std::string& name) {
+    return fuse_add_direntry_plus(req, nullptr, 0, name.c_str(), nullptr, 0);
+  };
+  auto r = Fs(req)->ReaddirPlus(ino, static_cast<uint64_t>(off), size, size_of);
+  if (!r.ok()) return ReplyError(req, r.status());
+  std::vector<char> buf(size);
+  size_t used = 0;
+  for (const DirEntry& d : *r) {
+    const fuse_entry_param p = ToEntry(*d.plus);
+    used += fuse_add_direntry_plus(req, buf.data() + used, size - used, d.name.c_str(), &p,
+                                   static_cast<off_t>(d.next_offset));
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
 void OnReleasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) { fuse_reply_err(req, 0); }
 
 void OnFsyncdir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* /*fi*/) {
@@ -367,6 +390,7 @@ fuse_lowlevel_ops MakeOps() {
   ops.fsync = OnFsync;
   ops.opendir = OnOpendir;
   ops.readdir = OnReaddir;
+  ops.readdirplus = OnReaddirplus;
   ops.releasedir = OnReleasedir;
   ops.fsyncdir = OnFsyncdir;
   ops.statfs = OnStatfs;

@@ -191,6 +191,7 @@ void FileSystemCore::DropLinkLocked(Inode* inode, ManifestBatch* batch) {
                                      step->second.state == StepState::kDeleting)) {
     UnpersistStepLocked(ino, inodes_.PathOf(ino), batch);
   }
+  FlushDeferredRemovalsLocked(ino, batch);
   steps_.Remove(ino, batch);
   if (inode->open_handles > 0) {
     // An orphan: the data stays readable through its handles; Release

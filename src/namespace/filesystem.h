@@ -27,6 +27,7 @@
 #include <sys/statvfs.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -92,6 +93,13 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   Result<std::string> Readlink(uint64_t ino);
   // Entries of a directory after offset (0 = from the start), at most max.
   Result<std::vector<DirEntry>> Readdir(uint64_t ino, uint64_t offset, size_t max);
+  // READDIRPLUS: Readdir's entries with their attributes, as many as fit in
+  // budget bytes when each takes size_of(name). Each real entry returned
+  // counts as a lookup (the kernel keeps it, and forgets it later), so rm -rf
+  // and ls -l of a step need no LOOKUP per file.
+  using DirEntrySizeFn = std::function<size_t(const std::string& name)>;
+  Result<std::vector<DirEntry>> ReaddirPlus(uint64_t ino, uint64_t offset, size_t budget,
+                                            const DirEntrySizeFn& size_of);
 
   // --- attributes and xattrs (filesystem_attrs.cc)
   Result<Attr> GetAttr(uint64_t ino);

@@ -132,6 +132,18 @@ class FileSystemCore {
   // `deleting` at once, so `latest` and retention stop counting a step that
   // `rm -rf` is taking apart file by file.
   void NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) REQUIRES(mu_);
+  // Where an unlink or rmdir of child in dir_ino writes its records: the
+  // step's deferred batch when the step is being deleted and child leaves
+  // no trace elsewhere (its last link, nothing open, no remote tier
+  // bookkeeping), else txn_batch. rm -rf of a step is then one manifest
+  // change when it begins (the step turns `deleting`) and one when it ends
+  // (the step's rmdir, or anything else that removes the step, writes the
+  // deferred records first, FlushDeferredRemovalsLocked). A stop in between
+  // loses only the deferred records: recovery finishes the deletion of a
+  // `deleting` step whole, as the user asked.
+  ManifestBatch* RemovalBatchLocked(uint64_t dir_ino, const Inode& child, ManifestBatch* txn_batch)
+      REQUIRES(mu_);
+  void FlushDeferredRemovalsLocked(uint64_t step_ino, ManifestBatch* batch) REQUIRES(mu_);
   // The step the run's virtual `latest` link points at, or 0 when there is
   // no link: no committed step, a real entry named `latest` (the trainer's
   // own, e.g. DeepSpeed's), or the link turned off for this run.
@@ -416,6 +428,9 @@ class FileSystemCore {
   // close): kernel opens of it must not take that for a write of theirs.
   void NoteBackingRecordedLocked(Inode* inode) REQUIRES(mu_);
   PassthroughBook passthrough_ GUARDED_BY(mu_);
+  // Per step being deleted: the records of the entries rm has removed so
+  // far, written when the step's removal ends (RemovalBatchLocked).
+  std::map<uint64_t, ManifestBatch> deferred_removals_ GUARDED_BY(mu_);
   uint64_t fsyncdir_seq_ GUARDED_BY(mu_) = 0;
 
   FsMetrics metrics_;

@@ -159,8 +159,9 @@ Status FileSystem::Unlink(uint64_t parent, const std::string& name) {
   // file (rm -rf); what is sealed is the data, not the directory.
   Transaction txn = BeginLocked();
   NoteDeletionLocked(parent, txn.batch());
-  inodes_.RemoveChild(*dir, name, clock_->Now(), txn.batch());
-  DropLinkLocked(child, txn.batch());
+  ManifestBatch* records = RemovalBatchLocked(parent, *child, txn.batch());
+  inodes_.RemoveChild(*dir, name, clock_->Now(), records);
+  DropLinkLocked(child, records);
   NoteActivityLocked(parent);
   CKPTFS_RETURN_IF_ERROR(txn.Write());
   inodes_.ForgetIfUnused(child->rec.ino);
@@ -190,6 +191,8 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   child = inodes_.Find(it->second.ino);
   if (!child->children.empty()) return Status::Error(ENOTEMPTY, name + " is not empty");
   Transaction txn = BeginLocked();
+  // The records rm -rf deferred go first: this removal may be the step's.
+  FlushDeferredRemovalsLocked(child->rec.ino, txn.batch());
   if (StepRecord* step = steps_.Find(child->rec.ino)) {
     if (step->state == StepState::kWriting || step->state == StepState::kDeleting) {
       events_->Append(
@@ -202,8 +205,9 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   } else {
     NoteDeletionLocked(parent, txn.batch());
   }
-  inodes_.RemoveChild(*dir, name, clock_->Now(), txn.batch());
-  DropLinkLocked(child, txn.batch());
+  ManifestBatch* records = RemovalBatchLocked(parent, *child, txn.batch());
+  inodes_.RemoveChild(*dir, name, clock_->Now(), records);
+  DropLinkLocked(child, records);
   NoteActivityLocked(parent);
   CKPTFS_RETURN_IF_ERROR(txn.Write());
   inodes_.ForgetIfUnused(child->rec.ino);
@@ -448,6 +452,35 @@ Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset,
     Inode* child = inodes_.Find(dent.ino);
     out.push_back(DirEntry{it->second, dent.ino, child ? (child->rec.mode & S_IFMT) : 0u,
                            it->first + kFirstRealOffset});
+  }
+  return out;
+}
+
+Result<std::vector<DirEntry>> FileSystem::ReaddirPlus(uint64_t ino, uint64_t offset, size_t budget,
+                                                      const DirEntrySizeFn& size_of) {
+  // Every entry takes at least 32 bytes of the budget (as in Readdir's
+  // caller); the attributes make it more, and the loop below stops there.
+  auto listed = Readdir(ino, offset, budget / 32 + 1);
+  if (!listed.ok()) return listed;
+  std::vector<DirEntry> out;
+  out.reserve(listed->size());
+  size_t used = 0;
+  MutexLock lock(&mu_);
+  for (DirEntry& d : *listed) {
+    const size_t need = size_of(d.name);
+    if (need > budget - used) break;
+    used += need;
+    d.plus = Entry{};
+    d.plus->attr.st_ino = d.ino;
+    d.plus->attr.st_mode = d.mode;
+    // Real entries only: "." and ".." are the kernel's, and virtual nodes
+    // (latest, .ckptfs, .full) are looked up when used, as their contents
+    // follow the steps. An entry gone since Readdir (mu_ was released)
+    // stays a plain name.
+    Inode* child =
+        d.name == "." || d.name == ".." || !IsRealIno(d.ino) ? nullptr : inodes_.Find(d.ino);
+    if (child && child->rec.nlink > 0) d.plus = MakeEntry(child);
+    out.push_back(std::move(d));
   }
   return out;
 }

@@ -200,6 +200,7 @@ void FileSystemCore::RemoveStepLocked(uint64_t step_ino, const std::string& reas
   if (!step || rec_it == steps_.end()) return;
   const StepRecord rec = rec_it->second;
   const std::string path = inodes_.PathOf(step_ino);
+  FlushDeferredRemovalsLocked(step_ino, batch);
   AnnounceClusterRemovalLocked(step_ino, rec, batch);
   const uint64_t run_ino = step->rec.parent;
   const std::string name = step->name;

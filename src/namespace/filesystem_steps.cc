@@ -3,6 +3,7 @@
 // The commit procedure that runs between BeginCommit and FinishCommit
 // (completeness check, fsync) is CommitCoordinator's.
 #include <algorithm>
+#include <set>
 
 #include "namespace/filesystem.h"
 
@@ -21,6 +22,37 @@ void FileSystemCore::NoteDeletionLocked(uint64_t dir_ino, ManifestBatch* batch) 
   AnnounceClusterRemovalLocked(step, rec, batch);
   steps_.MarkDeleting(step, batch);
   EmitStepEventLocked("delete", step, rec);
+}
+
+ManifestBatch* FileSystemCore::RemovalBatchLocked(uint64_t dir_ino, const Inode& child,
+                                                  ManifestBatch* txn_batch) {
+  // With a remote tier an unlink also forgets the file's object and queues
+  // its deletion in the bucket, which the uploader acts on at once: those
+  // records are written with the unlink, as before.
+  if (options_.remote || child.open_handles > 0) return txn_batch;
+  if (!child.is_dir() && child.rec.nlink != 1) return txn_batch;
+  const uint64_t step = steps_.StepOf(inodes_, dir_ino);
+  StepRecord* rec = step != 0 ? steps_.Find(step) : nullptr;
+  if (!rec || rec->state != StepState::kDeleting || step == child.rec.ino) return txn_batch;
+  return &deferred_removals_[step];
+}
+
+void FileSystemCore::FlushDeferredRemovalsLocked(uint64_t step_ino, ManifestBatch* batch) {
+  auto it = deferred_removals_.find(step_ino);
+  if (it == deferred_removals_.end()) return;
+  batch->Append(it->second);
+  // The deferred records hold the directories' records as of each unlink;
+  // those still here are written again as they are now, so that the batch
+  // ends with their current state whatever the caller added before.
+  std::set<uint64_t> dirs;
+  for (const ManifestBatch::Op& op : it->second.ops()) {
+    if (op.space != KeySpace::kInodes || !op.value) continue;
+    if (auto ino = DecodeInoKey(op.key); ino.ok()) dirs.insert(*ino);
+  }
+  for (uint64_t ino : dirs) {
+    if (Inode* dir = inodes_.Find(ino); dir && dir->rec.nlink > 0) InodeTable::Put(*dir, batch);
+  }
+  deferred_removals_.erase(it);
 }
 
 uint64_t FileSystemCore::VirtualLatestOfLocked(uint64_t run_ino) {
@@ -61,6 +93,7 @@ void FileSystemCore::ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool*
   } else if (!number && it != steps_.end()) {
     // Renamed to a name that is no step: an ordinary directory from now on.
     // Files it sealed stay read-only.
+    FlushDeferredRemovalsLocked(ino, batch);
     steps_.Remove(ino, batch);
   }
 }
@@ -68,7 +101,10 @@ void FileSystemCore::ReclassifyDirLocked(Inode* dir, ManifestBatch* batch, bool*
 void FileSystemCore::DemoteNestedStepsLocked(Inode* dir, ManifestBatch* batch) {
   if (steps_.StepOf(inodes_, dir->rec.ino) == 0) return;
   inodes_.WalkBelow(dir, [&](Inode* child, const std::string&) REQUIRES(mu_) {
-    if (child->is_dir()) steps_.Remove(child->rec.ino, batch);
+    if (child->is_dir()) {
+      FlushDeferredRemovalsLocked(child->rec.ino, batch);
+      steps_.Remove(child->rec.ino, batch);
+    }
     return child->is_dir();
   });
 }
@@ -87,6 +123,9 @@ void FileSystemCore::RequestCommitLocked(uint64_t step_ino, CommitTrigger why, M
                                          uint64_t session) {
   auto it = steps_.find(step_ino);
   if (it == steps_.end() || it->second.state == StepState::kCommitted) return;
+  // A step being deleted that is committed again keeps what rm removed
+  // removed: its deferred records are written with the request.
+  FlushDeferredRemovalsLocked(step_ino, batch);
   StepRuntime& rt = steps_.Runtime(step_ino);
   if (why == CommitTrigger::kRetry && !rt.commit_wanted) return;
   if (!rt.commit_wanted) {

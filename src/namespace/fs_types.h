@@ -31,6 +31,10 @@ struct DirEntry {
   uint64_t ino = 0;
   uint32_t mode = 0;  // type bits
   uint64_t next_offset = 0;
+  // READDIRPLUS only: the entry the kernel may keep, its lookup counted
+  // (plus->ino == 0: a name without attributes, such as "." or a virtual
+  // node, which the kernel looks up itself when it needs it).
+  std::optional<Entry> plus;
 };
 
 // What a setattr call asks to change (FUSE_SET_ATTR_* flags, decoded).
