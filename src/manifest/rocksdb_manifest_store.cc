@@ -174,6 +174,14 @@ struct RocksDbManifestStore::Rep {
 
   ~Rep() {
     if (!db) return;
+    // A clean close leaves the memtables in table files: the next open then
+    // replays no log (about a tenth of a remount's time, issue 29). A failed
+    // flush loses nothing; the log still holds every batch.
+    if (!read_only && !write_failed.load()) {
+      rocksdb::FlushOptions flush;
+      flush.wait = true;
+      (void)db->Flush(flush, handles);
+    }
     for (rocksdb::ColumnFamilyHandle* h : handles) (void)db->DestroyColumnFamilyHandle(h);
     // Close releases the LOCK. Its status changes nothing for us: synced
     // batches are already durable and unsynced ones are in the WAL either way.

@@ -45,10 +45,13 @@ class SharedManifest final : public ManifestStore {
 
 class SharedData final : public DataStore {
  public:
-  // writeback_started (optional) collects the inos StartWriteback was asked for.
-  explicit SharedData(DataStore* target, std::vector<uint64_t>* writeback_started = nullptr)
-      : target_(target), writeback_started_(writeback_started) {}
+  // writeback_started (optional) collects the inos StartWriteback was asked
+  // for; opens (optional) counts Open calls.
+  explicit SharedData(DataStore* target, std::vector<uint64_t>* writeback_started = nullptr,
+                      int* opens = nullptr)
+      : target_(target), writeback_started_(writeback_started), opens_(opens) {}
   Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override {
+    if (opens_) ++*opens_;
     return target_->Open(ino, create);
   }
   Status Remove(uint64_t ino) override { return target_->Remove(ino); }
@@ -66,6 +69,7 @@ class SharedData final : public DataStore {
  private:
   DataStore* target_;
   std::vector<uint64_t>* writeback_started_;
+  int* opens_;
 };
 
 class FsEnv {
@@ -86,8 +90,10 @@ class FsEnv {
   ~FsEnv() { Stop(); }
 
   void Start() {
-    auto fs = FileSystem::Open(options_, std::make_unique<SharedManifest>(&manifest, &manifest_writes),
-                               std::make_unique<SharedData>(data_target_, &writeback_started), &clock, &events);
+    auto fs = FileSystem::Open(
+        options_, std::make_unique<SharedManifest>(&manifest, &manifest_writes),
+        std::make_unique<SharedData>(data_target_, &writeback_started, &data_opens), &clock,
+        &events);
     if (!fs.ok()) throw std::runtime_error(fs.status().ToString());
     fs_ = std::move(fs).value();
     coordinator_ = CommitCoordinator::CreateWithoutThreads(fs_.get(), fs_->data(), fs_->clock());
@@ -126,6 +132,7 @@ class FsEnv {
   EventLog events;
   int manifest_writes = 0;
   std::vector<uint64_t> writeback_started;  // DataStore::StartWriteback's inos, in order
+  int data_opens = 0;                       // DataStore::Open calls, over every start
 
  private:
   // Leak nothing but skip the destructor's clean flush: a crash writes no

@@ -155,9 +155,26 @@ void S3ObjectStore::NoteDamagedUpload(const std::string& what, const std::string
                detail.c_str());
 }
 
-std::optional<BodyDigests> S3ObjectStore::Digests(const std::string& body) const {
+std::optional<S3ObjectStore::UploadDigests> S3ObjectStore::Digests(const std::string& body,
+                                                                   bool conditional) const {
   if (!config_.upload_checksums) return std::nullopt;
-  return DigestBody(body, /*with_md5=*/!server_checks_crc32c_.load());
+  UploadDigests d;
+  if (server_checks_crc32c_.load()) {
+    d.sent = DigestBody(body, /*with_md5=*/false);
+    return d;
+  }
+  // Over plain http Execute signs the body's SHA-256, which S3, Ceph's
+  // gateway and MinIO check before they store anything: the MD5 then only
+  // serves the ETag check of the answer (servers that check no signature,
+  // as s3rver), so it is computed while the body is sent instead of before.
+  // Small bodies are not worth a thread; over https (UNSIGNED-PAYLOAD)
+  // Content-MD5 is the server's only check until it echoes a CRC32C.
+  constexpr size_t kMd5InBackgroundMinBytes = 1 << 20;
+  const bool md5_may_wait =
+      !endpoint_.https() && !conditional && body.size() >= kMd5InBackgroundMinBytes;
+  d.sent = DigestBody(body, /*with_md5=*/!md5_may_wait);
+  if (md5_may_wait) d.md5_later = std::make_shared<Md5InBackground>(body);
+  return d;
 }
 
 void S3ObjectStore::AddChecksumHeaders(const BodyDigests& d,
@@ -166,11 +183,15 @@ void S3ObjectStore::AddChecksumHeaders(const BodyDigests& d,
   headers->emplace_back("x-amz-checksum-crc32c", d.crc32c_base64);
 }
 
-std::function<Status(const HttpResponse&)> S3ObjectStore::AnswerCheck(const BodyDigests& d) {
+std::function<Status(const HttpResponse&)> S3ObjectStore::AnswerCheck(const UploadDigests& d) {
   return [this, d](const HttpResponse& resp) {
-    Status st = CheckUploadAnswer(resp, d);
-    if (st.ok() && AnswerConfirmsCrc32c(resp, d)) server_checks_crc32c_ = true;
-    return st;
+    if (AnswerConfirmsCrc32c(resp, d.sent)) {
+      server_checks_crc32c_ = true;
+      return Status::Ok();
+    }
+    BodyDigests sent = d.sent;
+    if (d.md5_later) d.md5_later->FillIn(&sent);
+    return CheckUploadAnswer(resp, sent);
   };
 }
 
@@ -269,8 +290,8 @@ Status S3ObjectStore::PutObject(const std::string& key, const std::string& data,
   // is in flight, retried. GCS's XML API says it with a generation of 0
   // ("no live object"); other stores ignore its x-goog- header.
   if (if_absent) req.headers = {{"if-none-match", "*"}, {"x-goog-if-generation-match", "0"}};
-  if (std::optional<BodyDigests> d = Digests(data)) {
-    AddChecksumHeaders(*d, &req.headers);
+  if (std::optional<UploadDigests> d = Digests(data, if_absent)) {
+    AddChecksumHeaders(d->sent, &req.headers);
     req.check_answer = AnswerCheck(*d);
   }
   return Execute(req, (if_absent ? "conditional put " : "put ") + key).status();
@@ -311,9 +332,9 @@ Result<std::string> S3ObjectStore::UploadPart(const std::string& key, const std:
   req.body_size = data.size();
   req.bulk_body = true;
   req.upload_id = upload_id;
-  const std::optional<BodyDigests> digests = Digests(data);
+  const std::optional<UploadDigests> digests = Digests(data, /*conditional=*/false);
   if (digests) {
-    AddChecksumHeaders(*digests, &req.headers);
+    AddChecksumHeaders(digests->sent, &req.headers);
     req.check_answer = AnswerCheck(*digests);
   }
   Result<HttpResponse> resp = Execute(req, what);
@@ -322,7 +343,7 @@ Result<std::string> S3ObjectStore::UploadPart(const std::string& key, const std:
   if (etag.empty()) {
     return Status::Error(EIO, describe_ + ": " + what + ": the response has no ETag header");
   }
-  return digests ? MakePartToken(etag, digests->crc32c) : etag;
+  return digests ? MakePartToken(etag, digests->sent.crc32c) : etag;
 }
 
 Status S3ObjectStore::CompleteMultipart(const std::string& key, const std::string& upload_id,

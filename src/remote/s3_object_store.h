@@ -23,7 +23,10 @@
 //
 // Uploads carry their checksums (x-amz-checksum-crc32c, and Content-MD5
 // until the server shows it checks CRC32C itself by echoing it) and the
-// answer is checked against them (upload_checksums.h). A damaged upload, seen
+// answer is checked against them (upload_checksums.h). Over plain http,
+// where the body's SHA-256 is signed and so checked by the server, bodies of
+// 1 MiB and more (conditional puts aside) go without Content-MD5: their MD5
+// is computed while they are sent, for the check of the answer's ETag only. A damaged upload, seen
 // by us or by the server (BadDigest, XAmzContentChecksumMismatch,
 // InvalidDigest), is retried like a 5xx, counted and written to stderr (the
 // daemon's ckptfs.log); when every attempt was damaged the call fails with EIO.
@@ -147,14 +150,22 @@ class S3ObjectStore final : public ObjectStore {
   // good; see Request. what prefixes the error ("put run1/x").
   Result<HttpResponse> Execute(const Request& req, const std::string& what);
   S3ErrorContext ErrorContext(const std::string& upload_id = {}) const;
+  // An upload's digests: those its headers carry, and the MD5 still being
+  // computed when only the answer's check needs it.
+  struct UploadDigests {
+    BodyDigests sent;
+    std::shared_ptr<Md5InBackground> md5_later;
+  };
   // The digests of an upload's body (none with upload_checksums off), and
-  // the headers that carry them.
-  std::optional<BodyDigests> Digests(const std::string& body) const;
+  // the headers that carry them. conditional: a put with If-None-Match,
+  // whose damaged body must be refused by the server (Content-MD5), not
+  // found afterwards (its retry would meet the damaged copy).
+  std::optional<UploadDigests> Digests(const std::string& body, bool conditional) const;
   // Counts and logs an upload attempt whose body arrived damaged.
   void NoteDamagedUpload(const std::string& what, const std::string& detail);
   static void AddChecksumHeaders(const BodyDigests& d, std::vector<std::pair<std::string, std::string>>* headers);
   // The check of a 2xx answer to an upload of a body with digests d.
-  std::function<Status(const HttpResponse&)> AnswerCheck(const BodyDigests& d);
+  std::function<Status(const HttpResponse&)> AnswerCheck(const UploadDigests& d);
 
   const S3Config config_;
   const S3Endpoint endpoint_;

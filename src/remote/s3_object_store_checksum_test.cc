@@ -129,6 +129,77 @@ TEST(S3UploadChecksums, ServerThatEchoesCrc32cIsSpentNoMoreMd5) {
   EXPECT_NE(reqs[1].Header("x-amz-checksum-crc32c"), "");
 }
 
+// Bodies of 1 MiB and more over http: the signed SHA-256 is the server's
+// check, the MD5 is computed while the body is sent (issue 29).
+const std::string kBig = [] {
+  std::string b(2 << 20, '\0');
+  for (size_t i = 0; i < b.size(); i++) b[i] = static_cast<char>((i * 2654435761u) >> 13);
+  return b;
+}();
+
+TEST(S3UploadChecksums, BigBodyOverHttpGoesWithoutContentMd5AndItsEtagIsChecked) {
+  std::atomic<int> n{0};
+  FakeHttpServer server([&](const FakeHttpRequest& req) {
+    std::string arrived = req.body;
+    if (n++ == 0) arrived[12345] ^= 0x4;  // the first attempt arrives damaged
+    return EtagOf(arrived);
+  });
+  std::unique_ptr<ObjectStore> s = Open(server);
+  Status st = s->Put("big", kBig);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(server.request_count(), 2u);
+  EXPECT_EQ(s->UploadChecksumMismatches(), 1u);
+  for (const FakeHttpRequest& req : server.requests()) {
+    EXPECT_EQ(req.Header("content-md5"), "");
+    EXPECT_EQ(req.Header("x-amz-checksum-crc32c"),
+              Crc32cBase64(Crc32c(0, kBig.data(), kBig.size())));
+    // The payload's SHA-256 travels signed: a server refuses other bytes.
+    EXPECT_EQ(req.Header("x-amz-content-sha256").size(), 64u);
+    EXPECT_NE(req.Header("authorization").find("x-amz-content-sha256"), std::string::npos);
+  }
+}
+
+TEST(S3UploadChecksums, BigBodyWhoseEveryAttemptIsDamagedIsEio) {
+  FakeHttpServer server([](const FakeHttpRequest& req) { return EtagOf(req.body + "!"); });
+  std::unique_ptr<ObjectStore> s = Open(server);
+  EXPECT_EQ(s->Put("big", kBig).err(), EIO);
+  EXPECT_EQ(s->UploadChecksumMismatches(), 3u);
+}
+
+TEST(S3UploadChecksums, BigConditionalPutAndSmallBodiesKeepContentMd5) {
+  FakeHttpServer server([](const FakeHttpRequest& req) { return EtagOf(req.body); });
+  std::unique_ptr<ObjectStore> s = Open(server);
+  ASSERT_TRUE(s->PutIfAbsent("big", kBig).ok());
+  ASSERT_TRUE(s->Put("small", kData).ok());
+  const std::vector<FakeHttpRequest> reqs = server.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].Header("content-md5"), DigestBody(kBig, true).md5_base64);
+  EXPECT_EQ(reqs[1].Header("content-md5"), "nhB9nTcrtoJr2B01QqQZ1g==");
+}
+
+TEST(S3UploadChecksums, BigPartGoesWithoutContentMd5AndItsEtagIsChecked) {
+  std::atomic<int> n{0};
+  FakeHttpServer server([&](const FakeHttpRequest& req) {
+    if (req.method == "POST") {
+      return FakeHttpResponse::Ok(
+          "<InitiateMultipartUploadResult><UploadId>u1</UploadId></InitiateMultipartUploadResult>");
+    }
+    std::string arrived = req.body;
+    if (n++ == 0) arrived[7] ^= 1;
+    return EtagOf(arrived);
+  });
+  std::unique_ptr<ObjectStore> s = Open(server);
+  Result<std::string> id = s->BeginMultipart("obj");
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  Result<std::string> part = s->UploadPart("obj", *id, 1, kBig);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  EXPECT_EQ(s->UploadChecksumMismatches(), 1u);
+  const std::vector<FakeHttpRequest> reqs = server.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  EXPECT_EQ(reqs[1].Header("content-md5"), "");
+  EXPECT_EQ(reqs[2].Header("content-md5"), "");
+}
+
 TEST(S3UploadChecksums, MultipartPartsAndComplete) {
   const std::string p1 = "first part", p2 = "second part";
   const uint32_t c1 = Crc32c(0, p1.data(), p1.size()), c2 = Crc32c(0, p2.data(), p2.size());

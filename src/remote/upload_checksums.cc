@@ -53,19 +53,38 @@ std::string Crc32cBase64(uint32_t crc) {
   return Base64(be, 4);
 }
 
+namespace {
+
+void Md5Into(std::string_view body, BodyDigests* d) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(body.data(), body.size(), md, &len, EVP_md5(), nullptr) == 1) {
+    d->md5_hex = Hex(md, len);
+    d->md5_base64 = Base64(md, len);
+  }
+}
+
+}  // namespace
+
 BodyDigests DigestBody(std::string_view body, bool with_md5) {
   BodyDigests d;
   d.crc32c = Crc32c(0, body.data(), body.size());
   d.crc32c_base64 = Crc32cBase64(d.crc32c);
-  if (with_md5) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    if (EVP_Digest(body.data(), body.size(), md, &len, EVP_md5(), nullptr) == 1) {
-      d.md5_hex = Hex(md, len);
-      d.md5_base64 = Base64(md, len);
-    }
-  }
+  if (with_md5) Md5Into(body, &d);
   return d;
+}
+
+Md5InBackground::Md5InBackground(std::string_view body)
+    : thread_([this, body] { Md5Into(body, &md5_); }) {}
+
+Md5InBackground::~Md5InBackground() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Md5InBackground::FillIn(BodyDigests* digests) {
+  if (thread_.joinable()) thread_.join();
+  digests->md5_hex = md5_.md5_hex;
+  digests->md5_base64 = md5_.md5_base64;
 }
 
 std::string CompositeCrc32c(const std::vector<uint32_t>& part_crcs) {

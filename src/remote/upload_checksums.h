@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -41,6 +42,26 @@ struct BodyDigests {
 
 // The digests of body, computed once from the very buffer that is sent.
 BodyDigests DigestBody(std::string_view body, bool with_md5);
+
+// The MD5 of a body computed on a thread of its own while the body is on
+// its way (issue 29): for an upload whose SHA-256 is signed (the server
+// refuses a body that does not match it) the MD5 only serves the check of
+// the answer's ETag, so it need not delay the request. The destructor
+// waits for the thread: the body must outlive this object.
+class Md5InBackground {
+ public:
+  explicit Md5InBackground(std::string_view body);
+  ~Md5InBackground();
+  Md5InBackground(const Md5InBackground&) = delete;
+  Md5InBackground& operator=(const Md5InBackground&) = delete;
+  // Waits for the digest; digests.crc32c* are kept, md5_* filled in.
+  void FillIn(BodyDigests* digests);
+
+ private:
+  // Declared before thread_, so that it exists when the thread starts.
+  BodyDigests md5_;  // written by thread_ only, read after it is joined
+  std::thread thread_;
+};
 
 // base64 of the 4 big-endian bytes of crc, as S3 writes CRC32C checksums.
 std::string Crc32cBase64(uint32_t crc);
