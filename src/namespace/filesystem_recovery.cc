@@ -135,11 +135,6 @@ Status FileSystemCore::RecoverLocked() {
   for (auto& [ino, inode] : inodes_) {
     if (!inode->is_reg()) continue;
     if (inode->object && !inode->object->resident) continue;  // fetched on demand
-    // On the same boot only the daemon stopped: a sealed file's bytes, which
-    // its commit synced, are on the disk or in the page cache, so its size
-    // is what the commit checked. Opening a million of them would cost
-    // seconds of every remount (issue 29); only a power loss can cut them.
-    if (same_boot && inode->rec.sealed) continue;
     auto file = data_->Open(ino, /*create=*/false);
     uint64_t actual = 0;
     if (file.ok()) {
