@@ -91,6 +91,23 @@ TYPED_TEST(DataStoreContractTest, OpenAbsentWithoutCreateIsEnoent) {
   EXPECT_TRUE(SortedList(this->store_.get()).empty());
 }
 
+TYPED_TEST(DataStoreContractTest, SizeOfSeesWritesAndTruncationsAndAbsence) {
+  DataStore* store = this->store_.get();
+  auto size_of = [&](uint64_t ino) -> std::string {
+    Result<uint64_t> size = store->SizeOf(ino);
+    return size.ok() ? std::to_string(*size) : size.status().ToString();
+  };
+  EXPECT_EQ(store->SizeOf(7).err(), ENOENT);
+  auto f = MustOpen(store, 7, true);
+  EXPECT_EQ(size_of(7), "0");
+  Write(f.get(), "0123456789", 0);
+  EXPECT_EQ(size_of(7), "10");
+  ASSERT_TRUE(f->Truncate(3).ok());
+  EXPECT_EQ(size_of(7), "3");
+  ASSERT_TRUE(store->Remove(7).ok());
+  EXPECT_EQ(store->SizeOf(7).err(), ENOENT);
+}
+
 TYPED_TEST(DataStoreContractTest, CreateWriteReadBack) {
   auto f = MustOpen(this->store_.get(), 5, true);
   ASSERT_NE(f, nullptr);

@@ -20,6 +20,12 @@ namespace {
 
 constexpr size_t kNameDigits = 16;
 
+// A backing file's name: the ino as kNameDigits lower-case hex digits.
+struct BackingName {
+  explicit BackingName(uint64_t ino) { std::snprintf(text, sizeof(text), "%016" PRIx64, ino); }
+  char text[kNameDigits + 1];
+};
+
 // Parses a backing file's name; false for anything we did not create.
 bool ParseName(const char* name, uint64_t* ino) {
   uint64_t v = 0;
@@ -158,9 +164,7 @@ void PosixDataStore::StartWriteback(uint64_t ino) {
 }
 
 std::string PosixDataStore::PathOf(uint64_t ino) const {
-  char name[kNameDigits + 1];
-  std::snprintf(name, sizeof(name), "%016" PRIx64, ino);
-  return dir_ + "/" + name;
+  return dir_ + "/" + BackingName(ino).text;
 }
 
 Result<std::unique_ptr<BackingFile>> PosixDataStore::Open(uint64_t ino, bool create) {
@@ -180,6 +184,13 @@ Result<std::unique_ptr<BackingFile>> PosixDataStore::Open(uint64_t ino, bool cre
   }
   if (fd < 0) return Status::FromErrno("open backing file " + path);
   return std::unique_ptr<BackingFile>(new PosixBackingFile(fd, path));
+}
+
+Result<uint64_t> PosixDataStore::SizeOf(uint64_t ino) {
+  struct stat st {};
+  if (::fstatat(dir_fd_, BackingName(ino).text, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return Status::FromErrno("stat backing file " + PathOf(ino));
+  return static_cast<uint64_t>(st.st_size);
 }
 
 Status PosixDataStore::Remove(uint64_t ino) {

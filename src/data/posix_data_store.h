@@ -59,6 +59,8 @@ class PosixDataStore final : public DataStore {
 
   Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override;
   Status Remove(uint64_t ino) override;
+  // fstatat in the held data directory: no path walk, no descriptor.
+  Result<uint64_t> SizeOf(uint64_t ino) override;
   Status SyncDir() override;
   // From kSyncfsFromFiles files on, one syncfs of the cache filesystem;
   // below, fdatasync of each (posix_sync_files.cc says why).

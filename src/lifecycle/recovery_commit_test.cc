@@ -339,9 +339,9 @@ TEST(RecoveryCommitTest, ACommittedFileCutShortMakesItsStepBrokenAtRestart) {
     ASSERT_TRUE(backing.value()->Truncate(5).ok());
     ASSERT_TRUE(backing.value()->Sync().ok());
   }
-  const int before = env.data_opens;
+  const int before = env.data_looks;
   env.KillAndRestart();
-  EXPECT_GE(env.data_opens, before + 3);  // each committed file looked at
+  EXPECT_GE(env.data_looks, before + 3);  // each committed file looked at
   EXPECT_EQ(StateOf(env.fs(), step), "broken");
   EXPECT_NE(ErrorOf(env.fs(), step).find("__1_0.distcp lost data: 5 of"), std::string::npos)
       << ErrorOf(env.fs(), step);

@@ -135,12 +135,8 @@ Status FileSystemCore::RecoverLocked() {
   for (auto& [ino, inode] : inodes_) {
     if (!inode->is_reg()) continue;
     if (inode->object && !inode->object->resident) continue;  // fetched on demand
-    auto file = data_->Open(ino, /*create=*/false);
-    uint64_t actual = 0;
-    if (file.ok()) {
-      auto size = file.value()->Size();
-      if (size.ok()) actual = *size;
-    }
+    auto size = data_->SizeOf(ino);
+    const uint64_t actual = size.ok() ? *size : 0;
     if (!inode->rec.sealed) {
       if (actual != inode->rec.size) {
         inode->rec.size = actual;

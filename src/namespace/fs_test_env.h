@@ -46,13 +46,17 @@ class SharedManifest final : public ManifestStore {
 class SharedData final : public DataStore {
  public:
   // writeback_started (optional) collects the inos StartWriteback was asked
-  // for; opens (optional) counts Open calls.
+  // for; looks (optional) counts Open and SizeOf calls.
   explicit SharedData(DataStore* target, std::vector<uint64_t>* writeback_started = nullptr,
-                      int* opens = nullptr)
-      : target_(target), writeback_started_(writeback_started), opens_(opens) {}
+                      int* looks = nullptr)
+      : target_(target), writeback_started_(writeback_started), looks_(looks) {}
   Result<std::unique_ptr<BackingFile>> Open(uint64_t ino, bool create) override {
-    if (opens_) ++*opens_;
+    if (looks_) ++*looks_;
     return target_->Open(ino, create);
+  }
+  Result<uint64_t> SizeOf(uint64_t ino) override {
+    if (looks_) ++*looks_;
+    return target_->SizeOf(ino);
   }
   Status Remove(uint64_t ino) override { return target_->Remove(ino); }
   Status SyncDir() override { return target_->SyncDir(); }
@@ -69,7 +73,7 @@ class SharedData final : public DataStore {
  private:
   DataStore* target_;
   std::vector<uint64_t>* writeback_started_;
-  int* opens_;
+  int* looks_;
 };
 
 class FsEnv {
@@ -92,7 +96,7 @@ class FsEnv {
   void Start() {
     auto fs = FileSystem::Open(
         options_, std::make_unique<SharedManifest>(&manifest, &manifest_writes),
-        std::make_unique<SharedData>(data_target_, &writeback_started, &data_opens), &clock,
+        std::make_unique<SharedData>(data_target_, &writeback_started, &data_looks), &clock,
         &events);
     if (!fs.ok()) throw std::runtime_error(fs.status().ToString());
     fs_ = std::move(fs).value();
@@ -132,7 +136,7 @@ class FsEnv {
   EventLog events;
   int manifest_writes = 0;
   std::vector<uint64_t> writeback_started;  // DataStore::StartWriteback's inos, in order
-  int data_opens = 0;                       // DataStore::Open calls, over every start
+  int data_looks = 0;                       // DataStore::Open and SizeOf calls, over every start
 
  private:
   // Leak nothing but skip the destructor's clean flush: a crash writes no

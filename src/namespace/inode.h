@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "common/heap_optional.h"
 #include "data/data_store.h"
 #include "manifest/records.h"
 
@@ -39,9 +40,10 @@ struct Inode {
   bool backing_unsynced = false;  // backing file created since the last SyncDir
 
   // Remote tier: the object holding this file's contents, when uploaded.
-  std::optional<ObjectRecord> object;
+  // On the heap, as the checksum: most inodes of a local cache have neither.
+  HeapOptional<ObjectRecord> object;
   // What a fast-path writer reported at close (KeySpace::kChecksums).
-  std::optional<ChecksumRecord> checksum;
+  HeapOptional<ChecksumRecord> checksum;
   bool evicting = false;       // its backing file is being removed; opens wait
   int64_t last_access_ns = 0;  // monotonic; least recently used is evicted first
 
