@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/heap_optional.h"
+#include "common/sparse_map.h"
 #include "data/data_store.h"
 #include "manifest/records.h"
 
@@ -23,11 +24,12 @@ struct Inode {
   // the most recent one); used for commit markers and paths in events.
   std::string name;
 
-  // Directories: name -> entry, and cookie -> name for readdir order.
-  std::map<std::string, DentryRecord> children;
-  std::map<uint64_t, std::string> by_cookie;
+  // Directories: name -> entry, and cookie -> name for readdir order. Sparse
+  // (a pointer until the first entry), as the xattrs: most inodes are files.
+  SparseMap<std::string, DentryRecord> children;
+  SparseMap<uint64_t, std::string> by_cookie;
 
-  std::map<std::string, std::string> xattrs;  // user.* only
+  SparseMap<std::string, std::string> xattrs;  // user.* only
 
   uint64_t lookups = 0;       // kernel references (lookup/create minus forget)
   uint32_t open_handles = 0;  // every open FileHandle
