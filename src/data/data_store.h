@@ -82,6 +82,14 @@ class DataStore {
     if (!file.ok()) return file.status();
     return file.value()->Size();
   }
+  // SizeOf of each of inos, in their order (for recovery, which asks for
+  // every file of the cache at once). This default asks one at a time.
+  virtual std::vector<Result<uint64_t>> SizesOf(const std::vector<uint64_t>& inos) {
+    std::vector<Result<uint64_t>> sizes;
+    sizes.reserve(inos.size());
+    for (uint64_t ino : inos) sizes.push_back(SizeOf(ino));
+    return sizes;
+  }
   // Makes creations and removals of backing files durable (fsync of the
   // data directory).
   virtual Status SyncDir() = 0;

@@ -249,6 +249,32 @@ TEST(PosixDataStoreTest, FilesAreNamedBySixteenHexDigits) {
   EXPECT_TRUE(f->Sync().ok());
 }
 
+TEST(PosixDataStoreTest, SizesOfManyFilesUseThreadsAndKeepTheOrder) {
+  TempDir dir;
+  auto store = PosixDataStore::OpenDir(dir.path() + "/data");
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  // Enough files for several threads; ino 100 is missing.
+  std::vector<uint64_t> inos;
+  for (uint64_t ino = 1; ino <= 3 * PosixDataStore::kStatsPerThread; ino++) {
+    inos.push_back(ino);
+    if (ino == 100) continue;
+    auto f = MustOpen(store->get(), ino, true);
+    ASSERT_NE(f, nullptr);
+    if (ino % 7 == 0) Write(f.get(), std::string(ino % 50, 'x'), 0);
+  }
+  const std::vector<Result<uint64_t>> sizes = (*store)->SizesOf(inos);
+  ASSERT_EQ(sizes.size(), inos.size());
+  for (size_t i = 0; i < inos.size(); i++) {
+    const uint64_t ino = inos[i];
+    if (ino == 100) {
+      EXPECT_EQ(sizes[i].err(), ENOENT);
+      continue;
+    }
+    ASSERT_TRUE(sizes[i].ok()) << ino << ": " << sizes[i].status().ToString();
+    EXPECT_EQ(*sizes[i], ino % 7 == 0 ? ino % 50 : 0u) << ino;
+  }
+}
+
 TEST(PosixDataStoreTest, ListIgnoresForeignNames) {
   TempDir dir;
   Result<std::unique_ptr<DataStore>> store = OpenPosixDataStore(dir.path());

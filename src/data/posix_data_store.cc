@@ -7,10 +7,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include "common/time_convert.h"
 
@@ -191,6 +193,23 @@ Result<uint64_t> PosixDataStore::SizeOf(uint64_t ino) {
   if (::fstatat(dir_fd_, BackingName(ino).text, &st, AT_SYMLINK_NOFOLLOW) != 0)
     return Status::FromErrno("stat backing file " + PathOf(ino));
   return static_cast<uint64_t>(st.st_size);
+}
+
+std::vector<Result<uint64_t>> PosixDataStore::SizesOf(const std::vector<uint64_t>& inos) {
+  std::vector<Result<uint64_t>> sizes(inos.size(), Result<uint64_t>(uint64_t{0}));
+  const size_t threads = std::min(kStatThreads, inos.size() / kStatsPerThread);
+  auto stat_every = [&](size_t first, size_t stride) {
+    for (size_t i = first; i < inos.size(); i += stride) sizes[i] = SizeOf(inos[i]);
+  };
+  if (threads <= 1) {
+    stat_every(0, 1);
+    return sizes;
+  }
+  std::vector<std::thread> workers;
+  workers.reserve(threads);
+  for (size_t t = 0; t < threads; t++) workers.emplace_back(stat_every, t, threads);
+  for (std::thread& worker : workers) worker.join();
+  return sizes;
 }
 
 Status PosixDataStore::Remove(uint64_t ino) {

@@ -61,6 +61,12 @@ class PosixDataStore final : public DataStore {
   Status Remove(uint64_t ino) override;
   // fstatat in the held data directory: no path walk, no descriptor.
   Result<uint64_t> SizeOf(uint64_t ino) override;
+  // Many at once are spread over up to kStatThreads threads: after a reboot
+  // the inodes are not cached, and one thread would wait for each read in
+  // turn where the disk can serve many together.
+  std::vector<Result<uint64_t>> SizesOf(const std::vector<uint64_t>& inos) override;
+  static constexpr size_t kStatThreads = 8;
+  static constexpr size_t kStatsPerThread = 4096;  // fewer use fewer threads
   Status SyncDir() override;
   // From kSyncfsFromFiles files on, one syncfs of the cache filesystem;
   // below, fdatasync of each (posix_sync_files.cc says why).

@@ -132,11 +132,19 @@ Status FileSystemCore::RecoverLocked() {
     Inode* inode = inodes_.Find(ino);
     if ((!inode || !inode->is_reg()) && !queued_for_gc.count(ino)) (void)data_->Remove(ino);
   }
+  std::vector<uint64_t> resident;
   for (auto& [ino, inode] : inodes_) {
     if (!inode->is_reg()) continue;
     if (inode->object && !inode->object->resident) continue;  // fetched on demand
-    auto size = data_->SizeOf(ino);
-    const uint64_t actual = size.ok() ? *size : 0;
+    resident.push_back(ino);
+  }
+  // In ino order: backing files made one after another sit together on disk.
+  std::sort(resident.begin(), resident.end());
+  const std::vector<Result<uint64_t>> sizes = data_->SizesOf(resident);
+  for (size_t i = 0; i < resident.size(); i++) {
+    const uint64_t ino = resident[i];
+    Inode* inode = inodes_.Find(ino);
+    const uint64_t actual = sizes[i].ok() ? *sizes[i] : 0;
     if (!inode->rec.sealed) {
       if (actual != inode->rec.size) {
         inode->rec.size = actual;
