@@ -60,7 +60,8 @@ FileSystem::~FileSystem() {
   // Not a Transaction: when the manifest failed earlier and still fails,
   // these records are dropped rather than kept (nothing would retry them).
   ManifestBatch batch;
-  for (auto& [ino, inode] : inodes_) {
+  for (auto& [ino, node] : inodes_) {
+    const Inode* inode = &node;
     if (inode->dirty && inode->rec.nlink > 0) InodeTable::Put(*inode, &batch);
   }
   // A manifest that failed earlier gets one more try: its kept batches first.

@@ -70,7 +70,8 @@ std::string FileSystemCore::RenderMetricsLocked() {
   // Cache bytes by state: data of persisted steps (evictable), everything
   // else written here (never evicted), and remote-only data (not cached).
   uint64_t evictable = 0, pinned = 0, remote_only = 0;
-  for (const auto& [ino, inode] : inodes_) {
+  for (const auto& [ino, node] : inodes_) {
+    const Inode* inode = &node;
     if (!inode->is_reg()) continue;
     if (inode->object && !inode->object->resident) {
       remote_only += inode->rec.size;

@@ -101,7 +101,8 @@ Status FileSystemCore::RecoverLocked() {
 
   // Orphans: unlinked while open when the daemon stopped.
   std::vector<uint64_t> orphans;
-  for (auto& [ino, inode] : inodes_) {
+  for (const auto& [ino, node] : inodes_) {
+    const Inode* inode = &node;
     if (inode->rec.nlink == 0 && ino != kRootIno) orphans.push_back(ino);
   }
   for (uint64_t ino : orphans) {
@@ -133,7 +134,8 @@ Status FileSystemCore::RecoverLocked() {
     if ((!inode || !inode->is_reg()) && !queued_for_gc.count(ino)) (void)data_->Remove(ino);
   }
   std::vector<uint64_t> resident;
-  for (auto& [ino, inode] : inodes_) {
+  for (const auto& [ino, node] : inodes_) {
+    const Inode* inode = &node;
     if (!inode->is_reg()) continue;
     if (inode->object && !inode->object->resident) continue;  // fetched on demand
     resident.push_back(ino);

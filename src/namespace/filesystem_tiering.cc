@@ -675,7 +675,8 @@ uint64_t FileSystem::ResidentBytes() {
 
 uint64_t FileSystemCore::ResidentBytesLocked() {
   uint64_t total = 0;
-  for (const auto& [ino, inode] : inodes_) {
+  for (const auto& [ino, node] : inodes_) {
+    const Inode* inode = &node;
     if (inode->is_reg() && (!inode->object || inode->object->resident)) total += inode->rec.size;
   }
   return total;

@@ -8,7 +8,7 @@ namespace ckptfs {
 
 Inode* InodeTable::Find(uint64_t ino) const {
   auto it = inodes_.find(ino);
-  return it == inodes_.end() ? nullptr : it->second.get();
+  return it == inodes_.end() ? nullptr : const_cast<Inode*>(&it->second);
 }
 
 void InodeTable::WalkBelow(const Inode* dir, const SubtreeVisitor& visit) const {
@@ -51,10 +51,9 @@ Inode* InodeTable::Allocate() {
 }
 
 Inode* InodeTable::Insert(std::unique_ptr<Inode> inode) {
-  Inode* raw = inode.get();
-  ReserveThrough(raw->rec.ino);
-  inodes_[raw->rec.ino] = std::move(inode);
-  return raw;
+  const uint64_t ino = inode->rec.ino;
+  ReserveThrough(ino);
+  return &inodes_.insert_or_assign(ino, std::move(*inode)).first->second;
 }
 
 void InodeTable::ReserveThrough(uint64_t ino) { next_ino_ = std::max(next_ino_, ino + 1); }

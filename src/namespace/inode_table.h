@@ -25,7 +25,9 @@ namespace ckptfs {
 
 class InodeTable {
  public:
-  using Map = std::unordered_map<uint64_t, std::unique_ptr<Inode>>;
+  // Inodes live in the map's nodes (one allocation each, not two); an
+  // unordered_map never moves a node, so Inode* stays valid until Erase.
+  using Map = std::unordered_map<uint64_t, Inode>;
 
   Inode* Find(uint64_t ino) const;
   // ENOENT when there is no such inode, ENOTDIR when it is no directory.
