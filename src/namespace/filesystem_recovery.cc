@@ -20,8 +20,8 @@ Status FileSystemCore::LoadLocked() {
       decode_error = rec.status();
       return false;
     }
-    auto inode = std::make_unique<Inode>();
-    inode->rec = std::move(rec).value();
+    Inode inode;
+    inode.rec = std::move(rec).value();
     inodes_.Insert(std::move(inode));
     return true;
   }));
@@ -87,14 +87,14 @@ Status FileSystemCore::RecoverLocked() {
   recovered_same_boot_ = same_boot;
   if (!inodes_.Find(kRootIno)) {
     // A new cache: the root directory, owned by whoever mounts.
-    auto root = std::make_unique<Inode>();
-    root->rec.ino = kRootIno;
-    root->rec.mode = S_IFDIR | 0755;
-    root->rec.uid = getuid();
-    root->rec.gid = getgid();
-    root->rec.nlink = 2;
-    root->rec.atime = root->rec.mtime = root->rec.ctime = now;
-    InodeTable::Put(*root, txn.batch());
+    Inode root;
+    root.rec.ino = kRootIno;
+    root.rec.mode = S_IFDIR | 0755;
+    root.rec.uid = getuid();
+    root.rec.gid = getgid();
+    root.rec.nlink = 2;
+    root.rec.atime = root.rec.mtime = root.rec.ctime = now;
+    InodeTable::Put(root, txn.batch());
     inodes_.Insert(std::move(root));
     txn.batch()->Put(KeySpace::kMeta, kFormatVersionKey, kFormatVersion);
   }
@@ -135,9 +135,8 @@ Status FileSystemCore::RecoverLocked() {
   }
   std::vector<uint64_t> resident;
   for (const auto& [ino, node] : inodes_) {
-    const Inode* inode = &node;
-    if (!inode->is_reg()) continue;
-    if (inode->object && !inode->object->resident) continue;  // fetched on demand
+    if (!node.is_reg()) continue;
+    if (node.object && !node.object->resident) continue;  // fetched on demand
     resident.push_back(ino);
   }
   // In ino order: backing files made one after another sit together on disk.

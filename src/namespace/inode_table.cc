@@ -45,15 +45,16 @@ std::string InodeTable::PathOf(uint64_t ino) const {
 }
 
 Inode* InodeTable::Allocate() {
-  auto inode = std::make_unique<Inode>();
-  inode->rec.ino = next_ino_++;
-  return Insert(std::move(inode));
+  const uint64_t ino = next_ino_++;
+  Inode* inode = &inodes_[ino];  // made in its node, not moved there
+  inode->rec.ino = ino;
+  return inode;
 }
 
-Inode* InodeTable::Insert(std::unique_ptr<Inode> inode) {
-  const uint64_t ino = inode->rec.ino;
+Inode* InodeTable::Insert(Inode&& inode) {
+  const uint64_t ino = inode.rec.ino;
   ReserveThrough(ino);
-  return &inodes_.insert_or_assign(ino, std::move(*inode)).first->second;
+  return &inodes_.insert_or_assign(ino, std::move(inode)).first->second;
 }
 
 void InodeTable::ReserveThrough(uint64_t ino) { next_ino_ = std::max(next_ino_, ino + 1); }

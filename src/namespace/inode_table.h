@@ -47,7 +47,7 @@ class InodeTable {
   // A new inode with the next free number (the caller fills in the rest).
   Inode* Allocate();
   // An inode loaded from the manifest (or the root, created once).
-  Inode* Insert(std::unique_ptr<Inode> inode);
+  Inode* Insert(Inode&& inode);
   // Numbers up to ino are taken (by backing files or queued garbage found
   // at recovery): Allocate never hands them out.
   void ReserveThrough(uint64_t ino);

@@ -7,11 +7,11 @@
 namespace ckptfs {
 namespace {
 
-std::unique_ptr<Inode> MakeInode(uint64_t ino, uint32_t mode) {
-  auto inode = std::make_unique<Inode>();
-  inode->rec.ino = ino;
-  inode->rec.mode = mode;
-  inode->rec.nlink = S_ISDIR(mode) ? 2 : 1;
+Inode MakeInode(uint64_t ino, uint32_t mode) {
+  Inode inode;
+  inode.rec.ino = ino;
+  inode.rec.mode = mode;
+  inode.rec.nlink = S_ISDIR(mode) ? 2 : 1;
   return inode;
 }
 

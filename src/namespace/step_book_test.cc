@@ -26,12 +26,12 @@ class StepBookTest : public ::testing::Test {
     inodes_.AddChild(root_, "other", other_, now, &links);
   }
   Inode* Dir(uint64_t ino, uint64_t parent, const std::string& name) {
-    auto inode = std::make_unique<Inode>();
-    inode->rec.ino = ino;
-    inode->rec.mode = S_IFDIR | 0755;
-    inode->rec.nlink = 2;
-    inode->rec.parent = parent;
-    inode->name = name;
+    Inode inode;
+    inode.rec.ino = ino;
+    inode.rec.mode = S_IFDIR | 0755;
+    inode.rec.nlink = 2;
+    inode.rec.parent = parent;
+    inode.name = name;
     return inodes_.Insert(std::move(inode));
   }
   InodeTable inodes_;
