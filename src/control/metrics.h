@@ -55,6 +55,8 @@ struct FsMetrics {
   std::atomic<uint64_t> commits_failed{0};
   std::atomic<uint64_t> steps_broken{0};
   std::atomic<uint64_t> retention_removals{0};
+  // Settled steps read from the manifest on first use (the lazy namespace).
+  std::atomic<uint64_t> lazy_step_loads{0};
   // Files and bytes written by writer-library clients around FUSE.
   std::atomic<uint64_t> writer_fastpath_bytes{0};
   std::atomic<uint64_t> writer_fastpath_files{0};

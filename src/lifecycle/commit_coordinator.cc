@@ -284,6 +284,12 @@ void CommitCoordinator::IdleLoop() {
     // amount per tick so a huge prune never starves the idle commits.
     auto collected = steps_->CollectGarbage(4096);
     if (!collected.ok()) std::fprintf(stderr, "ckptfs: garbage collection: %s\n", collected.status().ToString().c_str());
+    // Steps a lazy mount left unloaded get their size check here, a few
+    // per tick, so a restart never waits for it.
+    auto checked = steps_->CheckUnloadedSteps(64);
+    if (!checked.ok())
+      std::fprintf(stderr, "ckptfs: checking unloaded steps: %s\n",
+                   checked.status().ToString().c_str());
     lock.Lock();
   }
 }

@@ -341,6 +341,9 @@ TEST(RecoveryCommitTest, ACommittedFileCutShortMakesItsStepBrokenAtRestart) {
   }
   const int before = env.data_looks;
   env.KillAndRestart();
+  // The restart leaves the committed step unloaded; the idle thread's pass
+  // checks its files (or its first lookup would, before any read).
+  env.FinishBackgroundChecks();
   EXPECT_GE(env.data_looks, before + 3);  // each committed file looked at
   EXPECT_EQ(StateOf(env.fs(), step), "broken");
   EXPECT_NE(ErrorOf(env.fs(), step).find("__1_0.distcp lost data: 5 of"), std::string::npos)

@@ -7,6 +7,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "manifest/schema.h"
+
 namespace ckptfs::fsck {
 
 namespace {
@@ -179,6 +181,7 @@ void State::RemoveInode(Group group, uint64_t ino) {
   if (it == inodes.end()) return;
   const bool regular = S_ISREG(it->second.mode);
   Delete(group, KeySpace::kInodes, InoKey(ino));
+  if (it->second.nlink == 0) Delete(group, KeySpace::kMeta, OrphanKey(ino));
   for (const std::string& name : xattrs[ino]) Delete(group, KeySpace::kXattrs, XattrKey(ino, name));
   xattrs.erase(ino);
   if (steps.erase(ino)) Delete(group, KeySpace::kSteps, InoKey(ino));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 #include "manifest/manifest_store.h"
@@ -15,8 +16,23 @@ namespace ckptfs {
 inline constexpr uint64_t kRootIno = 1;
 
 // Meta key holding the manifest's format version, written at first mount.
+// Version 2 adds the inode-number reservation and the orphan index below,
+// which let a mount load the namespace lazily; a version 1 manifest is read
+// whole once and becomes version 2 in that mount's recovery batch.
 inline constexpr const char* kFormatVersionKey = "format_version";
-inline constexpr const char* kFormatVersion = "1";
+inline constexpr const char* kFormatVersion = "2";
+inline constexpr const char* kLegacyFormatVersion = "1";
+
+// Meta key holding the highest inode number that may have been handed out
+// (decimal): new numbers are reserved in blocks, durably, before any of
+// them names a backing file, so a mount starts above it without listing
+// the data directory or reading every inode.
+inline constexpr const char* kInoReservedKey = "ino_reserved";
+
+// Meta keys kOrphanPrefix + InoKey(ino): an inode whose record has nlink 0
+// (unlinked while open). Recovery deletes these without a scan of every
+// inode; InodeTable keeps the index in step with the records.
+inline constexpr const char* kOrphanPrefix = "orphan/";
 
 // Meta key holding the kernel boot the last mount ran in (CurrentBootId()).
 inline constexpr const char* kBootIdKey = "boot_id";
@@ -36,8 +52,11 @@ inline constexpr const char* kClusterRemovalPrefix = "cluster_removal/";
 // node's, so it is mounted with that name or not at all.
 inline constexpr const char* kNodeNameKey = "node_name";
 
-// Ok when the manifest is new (no version yet) or of kFormatVersion;
-// EINVAL naming both versions otherwise.
+// Ok when the manifest is new (no version yet), of kFormatVersion or of
+// kLegacyFormatVersion; EINVAL naming both versions otherwise.
 Status CheckFormatVersion(ManifestStore& manifest);
+
+// The orphan index's key for ino.
+std::string OrphanKey(uint64_t ino);
 
 }  // namespace ckptfs

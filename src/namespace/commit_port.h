@@ -140,6 +140,10 @@ class CommitPort {
   virtual void RequestIdleCommits() = 0;
   virtual void RequestSettledCommits() = 0;
   virtual Result<size_t> CollectGarbage(size_t max) = 0;
+  // After a mount that left settled steps unloaded: checks the committed
+  // files' sizes of up to max of them (returns how many), and once all are
+  // checked removes backing files no inode owns, as a full mount would.
+  virtual Result<size_t> CheckUnloadedSteps(size_t max) = 0;
   // Commits recovery found pending (their trigger survived a daemon crash
   // in the same boot); asked for once the requester is set.
   virtual void RequestRecoveredCommits() = 0;

@@ -139,7 +139,9 @@ Status FileSystemCore::CheckWritableDirLocked(Inode* dir) const {
   return Status::Ok();
 }
 
-bool FileSystemCore::HasRealChild(Inode* dir, const std::string& name) const {
+bool FileSystemCore::HasRealChildLocked(Inode* dir, const std::string& name) const {
+  // Unreadable entries (the loader reported why) count as absent here.
+  (void)inodes_.EnsureLoaded(dir);
   return dir->children.count(name) != 0;
 }
 
@@ -148,6 +150,7 @@ Result<Inode*> FileSystemCore::NewInodeLocked(const Caller& c, uint64_t parent,
                                               ManifestBatch* batch,
                                               std::unique_ptr<BackingFile>* backing) {
   Inode* dir = inodes_.Find(parent);
+  CKPTFS_RETURN_IF_ERROR(ReserveInoLocked());
   Inode* inode = inodes_.Allocate();
   const timespec now = clock_->Now();
   inode->rec.mode = mode;

@@ -206,6 +206,7 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   // GC key space; returns how many were deleted. Runs on the coordinator's
   // idle thread, so removal never waits for data deletion.
   Result<size_t> CollectGarbage(size_t max) override;
+  Result<size_t> CheckUnloadedSteps(size_t max) override;
   // Kernel cache invalidation for entries the daemon removed by itself
   // (pruned steps): fn(parent, name) is called outside mu_ by
   // FlushInvalidations, from a thread that is not serving a FUSE request.
@@ -336,6 +337,9 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   FileSystem(FileSystemOptions options, StepPattern pattern,
              std::unique_ptr<ManifestStore> manifest, std::unique_ptr<DataStore> data,
              const Clock* clock, EventLog* events);
+  // The lazy mount's one background removal of backing files no inode owns
+  // (filesystem_lazy.cc), once every unloaded step is checked.
+  Status SweepStrayBackingFiles() EXCLUDES(mu_);
   // Rename without cluster publication (filesystem_entries.cc).
   Status RenameEntry(uint64_t parent, const std::string& name, uint64_t new_parent,
                      const std::string& new_name, unsigned int flags);

@@ -111,9 +111,43 @@ class FileSystemCore {
   FileSystemCore(const FileSystemCore&) = delete;
   FileSystemCore& operator=(const FileSystemCore&) = delete;
 
-  // Loading and recovery (filesystem_recovery.cc).
+  // Loading and recovery (filesystem_recovery.cc); the lazy namespace
+  // (filesystem_lazy.cc).
   Status LoadLocked() REQUIRES(mu_);
+  Status LoadWholeLocked() REQUIRES(mu_);
+  Status LoadSettledStepsLazilyLocked() REQUIRES(mu_);
   Status RecoverLocked() REQUIRES(mu_);
+  // Reads ino's record, xattrs and checksum into the table; nullptr when the
+  // manifest has no such inode.
+  Result<Inode*> ReadInodeLocked(uint64_t ino) REQUIRES(mu_);
+  // Reads dir's entries and links them, reading inodes not in memory yet;
+  // subdirectories go to dirs, regular files to files (when given).
+  Status LoadEntriesLocked(Inode* dir, std::vector<Inode*>* dirs, std::vector<Inode*>* files)
+      REQUIRES(mu_);
+  // The SubtreeLoader: a settled step's subtree, read on first use, and its
+  // committed files' sizes checked against their backing files if the
+  // background pass has not done so yet.
+  Status LoadSubtreeLocked(Inode* step_dir) REQUIRES(mu_);
+  // A committed file the manifest records as size bytes long.
+  struct CommittedSize {
+    uint64_t ino = 0;
+    uint64_t size = 0;
+    std::string path;
+  };
+  // Marks the step broken (an error event per file) when a committed file's
+  // backing file is shorter than its record: the disk lost committed data
+  // while the daemon was down.
+  void CheckCommittedSizesLocked(uint64_t step_ino, std::vector<CommittedSize> files,
+                                 ManifestBatch* batch) REQUIRES(mu_);
+  // The sealed files below an unloaded step, read from the manifest without
+  // loading them.
+  Result<std::vector<CommittedSize>> ReadSealedFilesLocked(uint64_t step_ino) REQUIRES(mu_);
+  // Before Allocate hands out a number above the reservation: reserves the
+  // next block durably (kInoReservedKey).
+  Status ReserveInoLocked() REQUIRES(mu_);
+  // Recovery's last word on the format: version 2, the reservation covering
+  // every number seen.
+  void FinishFormatUpgradeLocked(ManifestBatch* batch) REQUIRES(mu_);
 
   // Helpers; REQUIRES: mu_ held.
   Entry MakeEntry(Inode* inode);
@@ -148,7 +182,7 @@ class FileSystemCore {
   // no link: no committed step, a real entry named `latest` (the trainer's
   // own, e.g. DeepSpeed's), or the link turned off for this run.
   uint64_t VirtualLatestOfLocked(uint64_t run_ino) REQUIRES(mu_);
-  bool HasRealChild(Inode* dir, const std::string& name) const;
+  bool HasRealChildLocked(Inode* dir, const std::string& name) const REQUIRES(mu_);
   // `rm latest` on a run's virtual link.
   Status TurnOffLatestLinkLocked(Inode* run) REQUIRES(mu_);
   // A regular file gets its backing file at once (before its record can be
@@ -432,6 +466,14 @@ class FileSystemCore {
   // far, written when the step's removal ends (RemovalBatchLocked).
   std::map<uint64_t, ManifestBatch> deferred_removals_ GUARDED_BY(mu_);
   uint64_t fsyncdir_seq_ GUARDED_BY(mu_) = 0;
+  // The lazy namespace (filesystem_lazy.cc): whether this mount left settled
+  // steps unloaded, those whose committed sizes nobody has checked yet, the
+  // one background removal of unowned backing files, and the highest inode
+  // number reserved in the manifest.
+  bool lazy_ GUARDED_BY(mu_) = false;
+  std::set<uint64_t> unchecked_steps_ GUARDED_BY(mu_);
+  bool strays_swept_ GUARDED_BY(mu_) = false;
+  uint64_t ino_reserved_ GUARDED_BY(mu_) = 0;
 
   FsMetrics metrics_;
   std::unique_ptr<FullViewCache> full_views_;

@@ -28,7 +28,7 @@ Result<Inode*> FileSystemCore::PrepareNewEntryLocked(MutexLock& lock, uint64_t p
   CKPTFS_RETURN_IF_ERROR(CheckName(name));
   CKPTFS_RETURN_IF_ERROR(CheckWritableDirLocked(*dir));
   CKPTFS_RETURN_IF_ERROR(CheckNotReservedLocked(parent, name));
-  if (HasRealChild(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
+  if (HasRealChildLocked(*dir, name) || (parent == kRootIno && name == kControlDirName)) {
     return Status::Error(EEXIST, name + " exists");
   }
   return dir;
@@ -189,6 +189,7 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   it = (*dir)->children.find(name);
   if (it == (*dir)->children.end()) return Status::Error(ENOENT, name + " does not exist");
   child = inodes_.Find(it->second.ino);
+  CKPTFS_RETURN_IF_ERROR(inodes_.EnsureLoaded(child));  // a settled step's entries count
   if (!child->children.empty()) return Status::Error(ENOTEMPTY, name + " is not empty");
   Transaction txn = BeginLocked();
   // The records rm -rf deferred go first: this removal may be the step's.
@@ -388,6 +389,7 @@ Status FileSystem::RenameEntry(uint64_t parent, const std::string& name, uint64_
       if (!src->is_dir() && dst->is_dir()) return Status::Error(EISDIR, new_name + " is a directory");
       if (dst->is_dir()) {
         WaitUntilNotCommittingLocked(lock, dst->rec.ino);
+        CKPTFS_RETURN_IF_ERROR(inodes_.EnsureLoaded(dst));
         if (!dst->children.empty()) return Status::Error(ENOTEMPTY, new_name + " is not empty");
       }
       inodes_.RemoveChild(*dst_dir, new_name, clock_->Now(), txn.batch());
@@ -435,8 +437,8 @@ Result<std::vector<DirEntry>> FileSystem::Readdir(uint64_t ino, uint64_t offset,
   if (offset < 2 && out.size() < max) out.push_back(DirEntry{"..", d->rec.parent ? d->rec.parent : ino, S_IFDIR, 2});
   // The root lists .ckptfs unless the root itself is a run directory, whose
   // listing trainers take for their checkpoints (as for `latest` below).
-  if (offset < 3 && out.size() < max && ino == kRootIno && !HasRealChild(d, kControlDirName) &&
-      !HoldsStepLocked(*d)) {
+  if (offset < 3 && out.size() < max && ino == kRootIno &&
+      !HasRealChildLocked(d, kControlDirName) && !HoldsStepLocked(*d)) {
     out.push_back(DirEntry{kControlDirName, kControlDirIno, S_IFDIR, 3});
   }
   // Offset 3 is the root's .ckptfs; no checkpoint lives in the root itself.

@@ -81,6 +81,7 @@ Result<FileSystem::FastPathFile> FileSystem::OpenForFastPath(const FastPathCalle
       if (parent == kRootIno && name == kControlDirName) {
         return Status::Error(EROFS, "fast path: .ckptfs is read-only");
       }
+      CKPTFS_RETURN_IF_ERROR(inodes_.EnsureLoaded(dir));
       auto child = dir->children.find(name);
       const bool last = i + 1 == names->size();
       if (child == dir->children.end()) {

@@ -75,7 +75,7 @@ uint64_t FileSystemCore::ResolveRelativeLocked(uint64_t dir_ino, const std::stri
     const size_t slash = path.find('/', start);
     const std::string name = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
     Inode* dir = inodes_.Find(ino);
-    if (!dir || !dir->is_dir()) return 0;
+    if (!dir || !dir->is_dir() || !inodes_.EnsureLoaded(dir).ok()) return 0;
     auto it = dir->children.find(name);
     if (it == dir->children.end()) return 0;
     ino = it->second.ino;
@@ -86,14 +86,14 @@ uint64_t FileSystemCore::ResolveRelativeLocked(uint64_t dir_ino, const std::stri
 }
 
 bool FileSystemCore::ListsFullDirLocked(Inode* dir) {
-  if (!options_.show_full || HasRealChild(dir, kFullDirName)) return false;
+  if (!options_.show_full || HasRealChildLocked(dir, kFullDirName)) return false;
   const uint64_t step = steps_.StepOf(inodes_, dir->rec.ino);
   auto it = steps_.find(step);
   if (it == steps_.end() || it->second.state != StepState::kCommitted) return false;
   if (auto cached = full_views_->Get(dir->rec.ino)) return !cached->ok() || **cached != nullptr;
   // Not built yet: the metadata files a view is built from (a metadata.json
   // that is not OLMo-core's shows a `.full` that does not open).
-  return HasRealChild(dir, ".metadata") || HasRealChild(dir, "metadata.json");
+  return HasRealChildLocked(dir, ".metadata") || HasRealChildLocked(dir, "metadata.json");
 }
 
 Result<std::shared_ptr<const FullView>> FileSystem::ViewOf(uint64_t dir_ino) {
@@ -141,7 +141,7 @@ std::optional<Result<Entry>> FileSystem::LookupFullDir(uint64_t parent) {
     MutexLock lock(&mu_);
     if (!IsRealIno(parent)) return std::nullopt;
     Inode* dir = inodes_.Find(parent);
-    if (!dir || !dir->is_dir() || HasRealChild(dir, kFullDirName)) return std::nullopt;
+    if (!dir || !dir->is_dir() || HasRealChildLocked(dir, kFullDirName)) return std::nullopt;
   }
   Result<std::shared_ptr<const FullView>> view = ViewOf(parent);
   if (!view.ok() && view.status().err() == ENOENT) return std::nullopt;  // not a checkpoint here

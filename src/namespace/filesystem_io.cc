@@ -331,11 +331,8 @@ Status FileSystem::Release(FileHandle* fh) {
   if (inode->rec.nlink == 0) {
     if (inode->open_handles == 0) {
       // The last handle of an unlinked file: now its data can go.
-      txn.batch()->Delete(KeySpace::kInodes, InoKey(fh->ino));
+      InodeTable::EraseOrphanRecord(*inode, txn.batch());
       ForgetObjectLocked(inode, txn.batch());
-      for (const auto& [name, value] : inode->xattrs) {
-        txn.batch()->Delete(KeySpace::kXattrs, XattrKey(fh->ino, name));
-      }
       Status st = txn.Write();
       if (st.ok() && inode->is_reg()) (void)data_->Remove(fh->ino);
       inodes_.ForgetIfUnused(fh->ino);

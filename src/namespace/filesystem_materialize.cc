@@ -21,6 +21,7 @@ Result<Inode*> FileSystemCore::EnsureDirPathLocked(Inode* base, const std::strin
     if (!CheckName(part).ok() || part == "." || part == "..") {
       return Status::Error(EIO, "invalid path component '" + part + "' in " + rel);
     }
+    CKPTFS_RETURN_IF_ERROR(inodes_.EnsureLoaded(at));
     auto it = at->children.find(part);
     Inode* next = it == at->children.end() ? nullptr : inodes_.Find(it->second.ino);
     if (!next) {

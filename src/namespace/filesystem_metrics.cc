@@ -38,6 +38,9 @@ std::string FileSystemCore::RenderMetricsLocked() {
           metrics_.steps_broken.load());
   counter("ckptfs_retention_removals_total", "Steps removed by retention or a finished deletion.",
           metrics_.retention_removals.load());
+  counter("ckptfs_lazy_step_loads_total",
+          "Settled steps whose entries were read from the manifest on first use.",
+          metrics_.lazy_step_loads.load());
   metrics_.commit_seconds.Render("ckptfs_commit_duration_seconds",
                                  "Time from a commit starting (no writer left) to its synced batch.", &w);
   metrics_.commit_sync_seconds.Render(

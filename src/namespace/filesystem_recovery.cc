@@ -10,8 +10,7 @@
 
 namespace ckptfs {
 
-Status FileSystemCore::LoadLocked() {
-  CKPTFS_RETURN_IF_ERROR(CheckFormatVersion(*manifest_));
+Status FileSystemCore::LoadWholeLocked() {
   Status decode_error;
   CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kInodes, "", [&](std::string_view, std::string_view v) {
     mu_.AssertHeld();  // runs inside this call, under the lock
@@ -96,7 +95,6 @@ Status FileSystemCore::RecoverLocked() {
     root.rec.atime = root.rec.mtime = root.rec.ctime = now;
     InodeTable::Put(root, txn.batch());
     inodes_.Insert(std::move(root));
-    txn.batch()->Put(KeySpace::kMeta, kFormatVersionKey, kFormatVersion);
   }
 
   // Orphans: unlinked while open when the daemon stopped.
@@ -108,9 +106,7 @@ Status FileSystemCore::RecoverLocked() {
   for (uint64_t ino : orphans) {
     Inode* inode = inodes_.Find(ino);
     ForgetObjectLocked(inode, txn.batch());
-    txn.batch()->Delete(KeySpace::kInodes, InoKey(ino));
-    for (const auto& [name, value] : inode->xattrs)
-      txn.batch()->Delete(KeySpace::kXattrs, XattrKey(ino, name));
+    InodeTable::EraseOrphanRecord(*inode, txn.batch());
     inodes_.Erase(ino);
   }
 
@@ -126,12 +122,17 @@ Status FileSystemCore::RecoverLocked() {
   // Never hand out a number still in the GC queue: the GC would delete the
   // new file's data (its backing file may already be gone, key not yet).
   if (!queued_for_gc.empty()) inodes_.ReserveThrough(*queued_for_gc.rbegin());
-  auto listed = data_->List();
-  if (!listed.ok()) return listed.status();
-  for (uint64_t ino : *listed) {
-    inodes_.ReserveThrough(ino);
-    Inode* inode = inodes_.Find(ino);
-    if ((!inode || !inode->is_reg()) && !queued_for_gc.count(ino)) (void)data_->Remove(ino);
+  // A lazy mount leaves this to the background (SweepStrayBackingFiles):
+  // the numbers are covered by the reservation, and the listing grows with
+  // the namespace.
+  if (!lazy_) {
+    auto listed = data_->List();
+    if (!listed.ok()) return listed.status();
+    for (uint64_t ino : *listed) {
+      inodes_.ReserveThrough(ino);
+      Inode* inode = inodes_.Find(ino);
+      if ((!inode || !inode->is_reg()) && !queued_for_gc.count(ino)) (void)data_->Remove(ino);
+    }
   }
   std::vector<uint64_t> resident;
   for (const auto& [ino, node] : inodes_) {
@@ -204,6 +205,7 @@ Status FileSystemCore::RecoverLocked() {
   for (const auto& [ino, rec] : steps_) runs.insert(inodes_.Find(ino)->rec.parent);
   for (uint64_t run : runs) ApplyRetentionLocked(run, txn.batch());
   pending_invalidations_.clear();  // nothing is mounted yet
+  FinishFormatUpgradeLocked(txn.batch());
 
   CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());
   // Removals of orphans' data only after the manifest forgot them.

@@ -158,6 +158,9 @@ void FileSystemCore::ApplyRetentionLocked(uint64_t run_ino, ManifestBatch* batch
 }
 
 void FileSystemCore::RemoveSubtreeLocked(Inode* dir, ManifestBatch* batch) {
+  // A settled step's entries are read first: each record goes in the batch.
+  // (Unreadable, they are reported and left; fsck finds them.)
+  (void)inodes_.EnsureLoaded(dir);
   for (const auto& [name, dent] : dir->children) {
     batch->Delete(KeySpace::kDentries, DentryKey(dir->rec.ino, name));
     Inode* child = inodes_.Find(dent.ino);
@@ -198,6 +201,9 @@ void FileSystemCore::RemoveStepLocked(uint64_t step_ino, const std::string& reas
   Inode* step = inodes_.Find(step_ino);
   auto rec_it = steps_.find(step_ino);
   if (!step || rec_it == steps_.end()) return;
+  // A settled step whose entries cannot be read stays (the loader reported
+  // why): removing only its directory would leave its files' records.
+  if (!inodes_.EnsureLoaded(step).ok()) return;
   const StepRecord rec = rec_it->second;
   const std::string path = inodes_.PathOf(step_ino);
   FlushDeferredRemovalsLocked(step_ino, batch);

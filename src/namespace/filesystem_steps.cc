@@ -57,7 +57,7 @@ void FileSystemCore::FlushDeferredRemovalsLocked(uint64_t step_ino, ManifestBatc
 
 uint64_t FileSystemCore::VirtualLatestOfLocked(uint64_t run_ino) {
   Inode* run = inodes_.Find(run_ino);
-  if (!run || !run->is_dir() || HasRealChild(run, kLatestName)) return 0;
+  if (!run || !run->is_dir() || HasRealChildLocked(run, kLatestName)) return 0;
   if (auto it = run->xattrs.find(kLatestLinkXattr); it != run->xattrs.end() && it->second == "off") return 0;
   const uint64_t step = steps_.LatestOf(inodes_, run_ino);
   // DeepSpeed writes its own `latest` with open("latest", "w"), which would
@@ -67,7 +67,8 @@ uint64_t FileSystemCore::VirtualLatestOfLocked(uint64_t run_ino) {
   // step holding its mp_rank_<NN>_model_states.pt.
   Inode* s = step ? inodes_.Find(step) : nullptr;
   if (!s) return 0;
-  if (s->name.rfind("global_step", 0) == 0 || HasRealChild(run, "zero_to_fp32.py")) return 0;
+  if (s->name.rfind("global_step", 0) == 0 || HasRealChildLocked(run, "zero_to_fp32.py")) return 0;
+  if (!inodes_.EnsureLoaded(s).ok()) return 0;
   for (auto it = s->children.lower_bound("mp_rank_"); it != s->children.end() && it->first.rfind("mp_rank_", 0) == 0; ++it) {
     if (it->first.size() > 19 && it->first.compare(it->first.size() - 16, 16, "_model_states.pt") == 0) return 0;
   }
@@ -268,7 +269,7 @@ Status FileSystem::CommitStepsNamedBy(uint64_t file_ino, uint64_t session) {
 
 uint32_t FileSystemCore::OpenWritersUnderLocked(Inode* dir) {
   uint32_t n = 0;
-  inodes_.WalkBelow(dir, [&](Inode* inode, const std::string&) {
+  inodes_.WalkLoadedBelow(dir, [&](Inode* inode, const std::string&) {
     n += inode->open_writers;
     return true;
   });
@@ -277,7 +278,7 @@ uint32_t FileSystemCore::OpenWritersUnderLocked(Inode* dir) {
 
 uint32_t FileSystemCore::UnflushedWritersUnderLocked(Inode* dir) {
   uint32_t n = 0;
-  inodes_.WalkBelow(dir, [&](Inode* inode, const std::string&) {
+  inodes_.WalkLoadedBelow(dir, [&](Inode* inode, const std::string&) {
     n += inode->unflushed_writers;
     return true;
   });

@@ -111,6 +111,7 @@ bool FileSystemCore::MayLookUpPathLocked(const std::string& path, const Caller& 
     if (!dir || !dir->is_dir() || !MayAccess(dir->rec, cred, X_OK)) return false;
     const size_t slash = path.find('/', start);
     if (slash == std::string::npos) return true;  // the last name: may be gone
+    if (!inodes_.EnsureLoaded(dir).ok()) return false;
     auto child = dir->children.find(path.substr(start, slash - start));
     if (child == dir->children.end()) return false;  // cannot tell: hide it
     dir = inodes_.Find(child->second.ino);

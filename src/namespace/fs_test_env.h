@@ -129,6 +129,15 @@ class FsEnv {
 
   FileSystem& fs() { return *fs_; }
   void DrainCommits() { coordinator_->DrainForTest(); }
+  // What the idle thread does after a lazy mount, to its end: the size
+  // check of every unloaded step, then the removal of unowned backing files.
+  void FinishBackgroundChecks() {
+    for (;;) {
+      auto checked = fs_->CheckUnloadedSteps(1024);
+      if (!checked.ok()) throw std::runtime_error(checked.status().ToString());
+      if (*checked == 0) return;
+    }
+  }
 
   MemoryManifestStore manifest;
   MemoryDataStore data;

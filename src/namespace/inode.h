@@ -28,6 +28,10 @@ struct Inode {
   // (a pointer until the first entry), as the xattrs: most inodes are files.
   SparseMap<std::string, DentryRecord> children;
   SparseMap<uint64_t, std::string> by_cookie;
+  // A settled step directory whose subtree is still only in the manifest
+  // (the lazy namespace, filesystem_lazy.cc): children and by_cookie are
+  // empty until InodeTable::EnsureLoaded reads them.
+  bool entries_unloaded = false;
 
   SparseMap<std::string, std::string> xattrs;  // user.* only
 

@@ -11,10 +11,11 @@ Inode* InodeTable::Find(uint64_t ino) const {
   return it == inodes_.end() ? nullptr : const_cast<Inode*>(&it->second);
 }
 
-void InodeTable::WalkBelow(const Inode* dir, const SubtreeVisitor& visit) const {
+void InodeTable::Walk(const Inode* dir, const SubtreeVisitor& visit, bool load) const {
   // Recursion depth is the tree's depth, which CheckName and PATH_MAX bound.
   std::function<void(const Inode*, const std::string&)> walk = [&](const Inode* d,
                                                                    const std::string& prefix) {
+    if (load && !EnsureLoaded(d).ok()) return;  // the loader reported it
     for (const auto& [name, dent] : d->children) {
       Inode* child = Find(dent.ino);
       if (!child) continue;
@@ -29,7 +30,13 @@ Result<Inode*> InodeTable::FindDir(uint64_t ino) const {
   Inode* inode = Find(ino);
   if (!inode) return Status::Error(ENOENT, "no inode " + std::to_string(ino));
   if (!inode->is_dir()) return Status::Error(ENOTDIR, "not a directory");
+  CKPTFS_RETURN_IF_ERROR(EnsureLoaded(inode));
   return inode;
+}
+
+Status InodeTable::EnsureLoaded(const Inode* dir) const {
+  if (!dir->entries_unloaded || !loader_) return Status::Ok();
+  return loader_(const_cast<Inode*>(dir));
 }
 
 std::string InodeTable::PathOf(uint64_t ino) const {
@@ -95,6 +102,16 @@ void InodeTable::RemoveChild(Inode* dir, const std::string& name, const timespec
 
 void InodeTable::Put(const Inode& inode, ManifestBatch* batch) {
   batch->Put(KeySpace::kInodes, InoKey(inode.rec.ino), EncodeInode(inode.rec));
+  if (inode.rec.nlink == 0 && inode.rec.ino != kRootIno)
+    batch->Put(KeySpace::kMeta, OrphanKey(inode.rec.ino), "");
+}
+
+void InodeTable::EraseOrphanRecord(const Inode& inode, ManifestBatch* batch) {
+  const uint64_t ino = inode.rec.ino;
+  batch->Delete(KeySpace::kInodes, InoKey(ino));
+  batch->Delete(KeySpace::kMeta, OrphanKey(ino));
+  for (const auto& [name, value] : inode.xattrs)
+    batch->Delete(KeySpace::kXattrs, XattrKey(ino, name));
 }
 
 }  // namespace ckptfs

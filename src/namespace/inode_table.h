@@ -31,15 +31,34 @@ class InodeTable {
 
   Inode* Find(uint64_t ino) const;
   // ENOENT when there is no such inode, ENOTDIR when it is no directory.
+  // A directory whose entries are not loaded yet is loaded first.
   Result<Inode*> FindDir(uint64_t ino) const;
+
+  // The lazy namespace: a directory marked entries_unloaded has its
+  // subtree read from the manifest by the loader the first time anything
+  // needs what it holds. FindDir and WalkBelow do this themselves; code that
+  // reaches a directory through Find and reads its children calls
+  // EnsureLoaded first. The loader runs under the owner's lock, as every
+  // call here does; when it fails (the manifest cannot be read) the
+  // directory stays unloaded and FindDir returns the loader's error, so a
+  // step never looks empty because its entries could not be read.
+  using SubtreeLoader = std::function<Status(Inode* dir)>;
+  void SetSubtreeLoader(SubtreeLoader loader) { loader_ = std::move(loader); }
+  Status EnsureLoaded(const Inode* dir) const;
   // ino's path relative to the root ("" for the root).
   std::string PathOf(uint64_t ino) const;
   // The one subtree walk: visits every inode below dir (not dir itself),
   // depth first in name order, a directory before what it holds, with its
   // path relative to dir. visit returns false to skip what a directory
-  // holds (its return value is ignored for other inodes).
+  // holds (its return value is ignored for other inodes). Directories it
+  // descends into are loaded first.
   using SubtreeVisitor = std::function<bool(Inode* inode, const std::string& rel)>;
-  void WalkBelow(const Inode* dir, const SubtreeVisitor& visit) const;
+  void WalkBelow(const Inode* dir, const SubtreeVisitor& visit) const { Walk(dir, visit, true); }
+  // The same over what is in memory only, for questions about open files:
+  // nothing in a subtree never loaded was ever opened.
+  void WalkLoadedBelow(const Inode* dir, const SubtreeVisitor& visit) const {
+    Walk(dir, visit, false);
+  }
   size_t size() const { return inodes_.size(); }
   Map::const_iterator begin() const { return inodes_.begin(); }
   Map::const_iterator end() const { return inodes_.end(); }
@@ -51,6 +70,8 @@ class InodeTable {
   // Numbers up to ino are taken (by backing files or queued garbage found
   // at recovery): Allocate never hands them out.
   void ReserveThrough(uint64_t ino);
+  // The number Allocate hands out next.
+  uint64_t next_ino() const { return next_ino_; }
   void Erase(uint64_t ino) { inodes_.erase(ino); }
   // Drops ino from memory once nothing refers to it any more: no link, no
   // open handle, no kernel lookup (the root stays).
@@ -61,12 +82,18 @@ class InodeTable {
                 ManifestBatch* batch);
   // Removes dir's entry name (the child itself is the caller's).
   void RemoveChild(Inode* dir, const std::string& name, const timespec& now, ManifestBatch* batch);
-  // Records the inode's current record in the batch.
+  // Records the inode's current record in the batch; a record with nlink 0
+  // (unlinked while open) goes into the orphan index too.
   static void Put(const Inode& inode, ManifestBatch* batch);
+  // Deletes an orphan's record, its xattrs and its orphan index key.
+  static void EraseOrphanRecord(const Inode& inode, ManifestBatch* batch);
 
  private:
+  void Walk(const Inode* dir, const SubtreeVisitor& visit, bool load) const;
+
   Map inodes_;
   uint64_t next_ino_ = 2;  // 1 is the root
+  SubtreeLoader loader_;
 };
 
 }  // namespace ckptfs

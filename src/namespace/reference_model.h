@@ -35,6 +35,9 @@ struct Op {
     kKill,       // the daemon dies (kill -9) and restarts in the same boot
     kSyncCrash,  // fsync a directory, then power loss: the namespace is durable
     kCrash,      // power loss keeping n unsynced manifest batches
+    kReload,     // as kKill, without walking the tree after: the next op meets
+                 // committed steps still unloaded (the lazy namespace); with
+                 // n = 1 the idle thread's background checks run first
   };
   Kind kind;
   std::string a;
@@ -44,9 +47,10 @@ struct Op {
 };
 
 inline const char* KindName(Op::Kind k) {
-  static const char* names[] = {"kMkdir", "kWrite", "kOverwrite", "kTruncate", "kUnlink",
-                                "kRmdir", "kRename", "kCommit", "kMarker", "kRead",
-                                "kList", "kCheck", "kKill", "kSyncCrash", "kCrash"};
+  static const char* names[] = {"kMkdir",  "kWrite",     "kOverwrite", "kTruncate",
+                                "kUnlink", "kRmdir",     "kRename",    "kCommit",
+                                "kMarker", "kRead",      "kList",      "kCheck",
+                                "kKill",   "kSyncCrash", "kCrash",     "kReload"};
   return names[k];
 }
 

@@ -127,6 +127,12 @@ class RefTest {
         model_.Restart();
         env_.DrainCommits();
         return CheckTree();
+      case Op::kReload:
+        env_.KillAndRestart();
+        model_.Restart();
+        if (op.n) env_.FinishBackgroundChecks();
+        env_.DrainCommits();
+        return "";
       case Op::kSyncCrash:
         if (Status st = env_.fs().FsyncDir(); !st.ok()) return "fsyncdir: " + st.ToString();
         return Crash(0, /*synced=*/true);
@@ -512,11 +518,18 @@ int EnvInt(const char* name, int fallback) {
 }
 
 // Generates and runs ops ops from seed; the ops run so far, and the failure.
-std::pair<std::vector<Op>, std::string> RunSeed(uint32_t seed, int ops) {
+// With reload, every op meets a fresh mount (kReload before it), so each
+// one is the first look into whatever committed step it touches.
+std::pair<std::vector<Op>, std::string> RunSeed(uint32_t seed, int ops, bool reload = false) {
   Generator gen(seed, EnvInt("CKPTFS_REFTEST_NESTED", 1) != 0);
   RefTest t;
   std::vector<Op> done;
   for (int i = 0; i < ops; ++i) {
+    if (reload) {
+      done.push_back({Op::kReload, "", "", "", seed % 2});
+      if (std::string why = t.Apply(done.back()); !why.empty())
+        return {done, "op " + std::to_string(i) + " reload: " + why};
+    }
     done.push_back(gen.Next(t.model()));
     std::string why = t.Apply(done.back());
     if (!why.empty()) return {done, "op " + std::to_string(i) + " " + ToCode(done.back()) + ": " + why};
@@ -569,6 +582,26 @@ TEST(ReferenceModelTest, RandomSequencesAgreeWithTheModel) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "reference model: " << seeds << " seeds x " << ops << " ops in " << s << " s\n";
+}
+
+// The lazy namespace against the model: a restart before every op, so the
+// namespace is read back from the manifest a piece at a time, each op's
+// first look into a committed step loading it (odd seeds also run the
+// background size check and stray sweep first), with the crashes and kills
+// of the generator in between.
+TEST(ReferenceModelTest, EveryOpAfterARestartAgreesWithTheModel) {
+  const int seeds = EnvInt("CKPTFS_REFTEST_SEEDS", 300) / 3;
+  const int ops = EnvInt("CKPTFS_REFTEST_OPS", 200) / 2;
+  int failures = 0;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    auto [done, why] = RunSeed(static_cast<uint32_t>(seed), ops, /*reload=*/true);
+    if (why.empty()) continue;
+    std::vector<Op> small = Shrink(done);
+    ADD_FAILURE() << "seed " << seed << ": " << why << "\nshrunk to " << small.size()
+                  << " ops: " << RefTest().Run(small) << "\n"
+                  << AsRegressionTest(static_cast<uint32_t>(seed), small);
+    if (++failures >= 3) break;
+  }
 }
 
 // --- named regression tests: failing sequences found by the random test.

@@ -1,0 +1,366 @@
+// The lazy namespace: a mount reads only what recovery must see, and the
+// subtree of each settled step stays in the manifest until something looks
+// inside it (docs/architecture.md, "Inodes"). Also the inode-number
+// reservation that lets a mount start without listing every backing file,
+// and the background pass that does what a mount no longer does for the
+// steps it left unloaded: the size check of committed files and the removal
+// of backing files no inode owns.
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+
+#include "manifest/schema.h"
+#include "namespace/filesystem.h"
+
+namespace ckptfs {
+namespace {
+
+// Inode numbers are reserved this many at a time: one synced manifest write
+// per 65,536 creates, and a mount skips at most that many numbers.
+constexpr uint64_t kInoReserveBlock = 65536;
+
+// A step the mount may leave unloaded: committed, so nothing in it changes
+// (its files are sealed) and recovery has nothing to finish or undo there.
+// Broken and incomplete steps stay writable, so they load with the rest.
+bool SettledStep(const StepRecord& rec) {
+  return rec.pending_commit == 0 && rec.state == StepState::kCommitted;
+}
+
+Result<bool> KeySpaceEmpty(ManifestStore& manifest, KeySpace space) {
+  bool empty = true;
+  CKPTFS_RETURN_IF_ERROR(manifest.Scan(space, "", [&](std::string_view, std::string_view) {
+    empty = false;
+    return false;
+  }));
+  return empty;
+}
+
+}  // namespace
+
+Status FileSystemCore::LoadLocked() {
+  CKPTFS_RETURN_IF_ERROR(CheckFormatVersion(*manifest_));
+  auto version = manifest_->Get(KeySpace::kMeta, kFormatVersionKey);
+  if (!version.ok()) return version.status();
+  auto reserved = manifest_->Get(KeySpace::kMeta, kInoReservedKey);
+  if (!reserved.ok()) return reserved.status();
+  if (reserved->has_value()) {
+    ino_reserved_ = std::strtoull((*reserved)->c_str(), nullptr, 10);
+    inodes_.ReserveThrough(ino_reserved_);
+  }
+  // Lazy only where every guarantee holds without the whole namespace: a
+  // manifest that keeps the reservation and the orphan index (version 2),
+  // and no remote tier, whose eviction and upload queue reason over every
+  // file (docs/architecture.md says what a lazy remote tier needs).
+  bool lazy = version->has_value() && **version == kFormatVersion && reserved->has_value() &&
+              !options_.remote;
+  for (KeySpace space : {KeySpace::kObjects, KeySpace::kUploads}) {
+    if (!lazy) break;
+    auto empty = KeySpaceEmpty(*manifest_, space);
+    if (!empty.ok()) return empty.status();
+    lazy = *empty;
+  }
+  lazy_ = lazy;
+  inodes_.SetSubtreeLoader([this](Inode* dir) {
+    mu_.AssertHeld();  // the table calls it under the lock, as all its calls
+    return LoadSubtreeLocked(dir);
+  });
+  return lazy ? LoadSettledStepsLazilyLocked() : LoadWholeLocked();
+}
+
+Status FileSystemCore::LoadSettledStepsLazilyLocked() {
+  std::map<uint64_t, StepRecord> steps;
+  Status decode_error;
+  CKPTFS_RETURN_IF_ERROR(
+      manifest_->Scan(KeySpace::kSteps, "", [&](std::string_view k, std::string_view v) {
+        auto ino = DecodeInoKey(k);
+        auto rec = DecodeStep(v);
+        if (!ino.ok() || !rec.ok()) {
+          decode_error = ino.ok() ? rec.status() : ino.status();
+          return false;
+        }
+        steps.emplace(*ino, std::move(rec).value());
+        return true;
+      }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+
+  auto root = ReadInodeLocked(kRootIno);
+  if (!root.ok()) return root.status();
+  if (!*root) return Status::Ok();  // a new cache: recovery makes the root
+  std::vector<Inode*> dirs{*root};
+  while (!dirs.empty()) {
+    Inode* dir = dirs.back();
+    dirs.pop_back();
+    auto step = steps.find(dir->rec.ino);
+    if (step != steps.end() && SettledStep(step->second)) {
+      dir->entries_unloaded = true;
+      unchecked_steps_.insert(dir->rec.ino);
+      continue;
+    }
+    CKPTFS_RETURN_IF_ERROR(LoadEntriesLocked(dir, &dirs, nullptr));
+  }
+  // Orphans (unlinked while open) are in no directory: recovery deletes them.
+  std::vector<uint64_t> orphans;
+  CKPTFS_RETURN_IF_ERROR(
+      manifest_->Scan(KeySpace::kMeta, kOrphanPrefix, [&](std::string_view k, std::string_view) {
+        auto ino = DecodeInoKey(k.substr(std::string_view(kOrphanPrefix).size()));
+        if (ino.ok()) orphans.push_back(*ino);
+        return true;
+      }));
+  for (uint64_t ino : orphans) {
+    if (inodes_.Find(ino)) continue;
+    auto orphan = ReadInodeLocked(ino);
+    if (!orphan.ok()) return orphan.status();
+  }
+  for (auto& [ino, rec] : steps) {
+    if (inodes_.Find(ino)) steps_.Load(ino, std::move(rec));
+  }
+  return Status::Ok();
+}
+
+Result<Inode*> FileSystemCore::ReadInodeLocked(uint64_t ino) {
+  auto value = manifest_->Get(KeySpace::kInodes, InoKey(ino));
+  if (!value.ok()) return value.status();
+  if (!value->has_value()) return static_cast<Inode*>(nullptr);
+  auto rec = DecodeInode(**value);
+  if (!rec.ok()) return rec.status();
+  Inode inode;
+  inode.rec = std::move(rec).value();
+  Status decode_error;
+  std::vector<std::pair<std::string, std::string>> xattrs;
+  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kXattrs, XattrPrefix(ino),
+                                         [&](std::string_view k, std::string_view v) {
+                                           auto key = DecodeNamedKey(k);
+                                           if (!key.ok()) {
+                                             decode_error = key.status();
+                                             return false;
+                                           }
+                                           xattrs.emplace_back(key->second, std::string(v));
+                                           return true;
+                                         }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  for (auto& [name, value] : xattrs) inode.xattrs[name] = std::move(value);
+  if (inode.is_reg()) {
+    auto checksum = manifest_->Get(KeySpace::kChecksums, InoKey(ino));
+    if (!checksum.ok()) return checksum.status();
+    if (checksum->has_value()) {
+      auto crc = DecodeChecksum(**checksum);
+      if (!crc.ok()) return crc.status();
+      inode.checksum = *crc;
+    }
+  }
+  return inodes_.Insert(std::move(inode));
+}
+
+Status FileSystemCore::LoadEntriesLocked(Inode* dir, std::vector<Inode*>* dirs,
+                                         std::vector<Inode*>* files) {
+  const uint64_t dir_ino = dir->rec.ino;
+  std::vector<std::pair<std::string, DentryRecord>> entries;
+  Status decode_error;
+  // Read first, look up after: a store may hold its lock through a scan.
+  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kDentries, DentryPrefix(dir_ino),
+                                         [&](std::string_view k, std::string_view v) {
+                                           auto key = DecodeNamedKey(k);
+                                           auto dent = DecodeDentry(v);
+                                           if (!key.ok() || !dent.ok()) {
+                                             decode_error = key.ok() ? dent.status() : key.status();
+                                             return false;
+                                           }
+                                           entries.emplace_back(std::move(key->second), *dent);
+                                           return true;
+                                         }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  for (auto& [name, dent] : entries) {
+    Inode* child = inodes_.Find(dent.ino);  // a hard link loaded already
+    if (!child) {
+      auto read = ReadInodeLocked(dent.ino);
+      if (!read.ok()) return read.status();
+      child = *read;
+    }
+    if (!child) return Status::Error(EIO, "manifest entry " + name + " points to a missing inode");
+    dir->children[name] = dent;
+    dir->by_cookie[dent.cookie] = name;
+    child->name = name;
+    if (child->is_dir()) {
+      child->rec.parent = dir_ino;
+      dirs->push_back(child);
+    } else if (files && child->is_reg()) {
+      files->push_back(child);
+    }
+  }
+  return Status::Ok();
+}
+
+Status FileSystemCore::LoadSubtreeLocked(Inode* step_dir) {
+  step_dir->entries_unloaded = false;
+  std::vector<Inode*> dirs{step_dir};
+  std::vector<Inode*> files;
+  Status st;
+  while (st.ok() && !dirs.empty()) {
+    Inode* dir = dirs.back();
+    dirs.pop_back();
+    st = LoadEntriesLocked(dir, &dirs, &files);
+  }
+  if (!st.ok()) {
+    // Left unloaded (what was read stays, unreachable, until a retry links
+    // it): the step must not look empty or half there.
+    step_dir->children.clear();
+    step_dir->by_cookie.clear();
+    step_dir->entries_unloaded = true;
+    const std::string why =
+        "cannot read " + inodes_.PathOf(step_dir->rec.ino) + " from the manifest: " + st.message();
+    events_->Append(
+        {{"event", "error"}, {"path", inodes_.PathOf(step_dir->rec.ino)}, {"error", why}});
+    return Status::Error(EIO, why);
+  }
+  metrics_.lazy_step_loads++;
+  if (unchecked_steps_.erase(step_dir->rec.ino) == 0) return Status::Ok();
+  std::vector<CommittedSize> sealed;
+  for (const Inode* f : files) {
+    if (f->rec.sealed) sealed.push_back({f->rec.ino, f->rec.size, inodes_.PathOf(f->rec.ino)});
+  }
+  Transaction txn = BeginLocked();
+  CheckCommittedSizesLocked(step_dir->rec.ino, std::move(sealed), txn.batch());
+  return txn.Write();
+}
+
+void FileSystemCore::CheckCommittedSizesLocked(uint64_t step_ino, std::vector<CommittedSize> files,
+                                               ManifestBatch* batch) {
+  // In ino order: backing files made one after another sit together on disk.
+  std::sort(files.begin(), files.end(),
+            [](const CommittedSize& a, const CommittedSize& b) { return a.ino < b.ino; });
+  std::vector<uint64_t> inos;
+  inos.reserve(files.size());
+  for (const CommittedSize& f : files) inos.push_back(f.ino);
+  const std::vector<Result<uint64_t>> actual = data_->SizesOf(inos);
+  for (size_t i = 0; i < files.size(); i++) {
+    const uint64_t have = actual[i].ok() ? *actual[i] : 0;
+    if (have >= files[i].size) continue;
+    // Committed data must be there; if the disk lost it, say so loudly.
+    const std::string why = "committed file " + files[i].path +
+                            " lost data: " + std::to_string(have) + " of " +
+                            std::to_string(files[i].size) + " bytes";
+    events_->Append({{"event", "error"}, {"path", files[i].path}, {"error", why}});
+    auto step = steps_.find(step_ino);
+    if (step != steps_.end() && step->second.state == StepState::kCommitted) {
+      steps_.MarkBroken(step_ino, why, batch);
+    }
+  }
+}
+
+Result<std::vector<FileSystemCore::CommittedSize>> FileSystemCore::ReadSealedFilesLocked(
+    uint64_t step_ino) {
+  // The step's records straight from the manifest, nothing kept in memory:
+  // the background check must not load what nobody asked for.
+  std::vector<CommittedSize> out;
+  std::vector<std::pair<uint64_t, std::string>> dirs{{step_ino, inodes_.PathOf(step_ino)}};
+  std::set<uint64_t> seen;
+  while (!dirs.empty()) {
+    const auto [dir, dir_path] = dirs.back();
+    dirs.pop_back();
+    std::vector<std::pair<std::string, uint64_t>> children;
+    Status decode_error;
+    CKPTFS_RETURN_IF_ERROR(manifest_->Scan(
+        KeySpace::kDentries, DentryPrefix(dir), [&](std::string_view k, std::string_view v) {
+          auto key = DecodeNamedKey(k);
+          auto dent = DecodeDentry(v);
+          if (!key.ok() || !dent.ok()) {
+            decode_error = key.ok() ? dent.status() : key.status();
+            return false;
+          }
+          children.emplace_back(std::move(key->second), dent->ino);
+          return true;
+        }));
+    CKPTFS_RETURN_IF_ERROR(decode_error);
+    for (const auto& [name, ino] : children) {
+      if (!seen.insert(ino).second) continue;  // hard links: once
+      auto value = manifest_->Get(KeySpace::kInodes, InoKey(ino));
+      if (!value.ok()) return value.status();
+      if (!value->has_value()) continue;
+      auto rec = DecodeInode(**value);
+      if (!rec.ok()) return rec.status();
+      if (S_ISDIR(rec->mode)) dirs.emplace_back(ino, dir_path + "/" + name);
+      if (S_ISREG(rec->mode) && rec->sealed) out.push_back({ino, rec->size, dir_path + "/" + name});
+    }
+  }
+  return out;
+}
+
+Result<size_t> FileSystem::CheckUnloadedSteps(size_t max) {
+  size_t checked = 0;
+  while (checked < max) {
+    MutexLock lock(&mu_);
+    if (unchecked_steps_.empty()) break;
+    const uint64_t step_ino = *unchecked_steps_.begin();
+    unchecked_steps_.erase(unchecked_steps_.begin());
+    Inode* step = inodes_.Find(step_ino);
+    // Loaded since the mount (checked then), or gone (removed, renamed away).
+    if (!step || !step->entries_unloaded) continue;
+    auto files = ReadSealedFilesLocked(step_ino);
+    if (!files.ok()) {
+      unchecked_steps_.insert(step_ino);  // tried again at the next tick
+      return files.status();
+    }
+    Transaction txn = BeginLocked();
+    CheckCommittedSizesLocked(step_ino, std::move(files).value(), txn.batch());
+    CKPTFS_RETURN_IF_ERROR(txn.Write());
+    checked++;
+  }
+  if (checked == 0) CKPTFS_RETURN_IF_ERROR(SweepStrayBackingFiles());
+  return checked;
+}
+
+Status FileSystem::SweepStrayBackingFiles() {
+  {
+    MutexLock lock(&mu_);
+    if (!lazy_ || strays_swept_) return Status::Ok();
+    strays_swept_ = true;
+  }
+  // Backing files no inode owns: made just before a crash, or left by a
+  // removal the crash cut short. Their numbers are at or below the
+  // reservation, so no new file takes them; they only take space. A mount
+  // that loads everything removes them itself (RecoverLocked).
+  auto listed = data_->List();
+  if (!listed.ok()) return listed.status();
+  std::vector<uint64_t> strays;
+  for (size_t at = 0; at < listed->size();) {
+    MutexLock lock(&mu_);  // a bounded time at once: requests go on between
+    for (const size_t end = std::min(listed->size(), at + 4096); at < end; at++) {
+      const uint64_t ino = (*listed)[at];
+      if (inodes_.Find(ino)) continue;
+      auto owned = manifest_->Get(KeySpace::kInodes, InoKey(ino));
+      if (!owned.ok()) return owned.status();
+      auto queued = manifest_->Get(KeySpace::kGc, InoKey(ino));
+      if (!queued.ok()) return queued.status();
+      if (!owned->has_value() && !queued->has_value()) strays.push_back(ino);
+    }
+  }
+  for (uint64_t ino : strays) (void)data_->Remove(ino);
+  return Status::Ok();
+}
+
+Status FileSystemCore::ReserveInoLocked() {
+  if (inodes_.next_ino() <= ino_reserved_) return Status::Ok();
+  const uint64_t through = inodes_.next_ino() + kInoReserveBlock - 1;
+  // Durable before the number names a backing file: a power loss must not
+  // take the reservation back and leave a file the next mount hands out.
+  Transaction txn = BeginLocked();
+  txn.batch()->Put(KeySpace::kMeta, kInoReservedKey, std::to_string(through));
+  CKPTFS_RETURN_IF_ERROR(txn.WriteSyncedOrDiscard());
+  ino_reserved_ = through;
+  return Status::Ok();
+}
+
+void FileSystemCore::FinishFormatUpgradeLocked(ManifestBatch* batch) {
+  // Version 2's promises hold once this batch is written: the reservation
+  // covers every number seen (recovery removed every orphan, so the empty
+  // orphan index is exact). A block ahead, in this synced batch: the first
+  // creates after a mount write nothing more.
+  if (inodes_.next_ino() > ino_reserved_) {
+    ino_reserved_ = inodes_.next_ino() + kInoReserveBlock - 1;
+    batch->Put(KeySpace::kMeta, kInoReservedKey, std::to_string(ino_reserved_));
+  }
+  batch->Put(KeySpace::kMeta, kFormatVersionKey, kFormatVersion);
+}
+
+}  // namespace ckptfs
