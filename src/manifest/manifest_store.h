@@ -77,6 +77,10 @@ class ManifestStore {
   // fn returns false to stop early.
   using ScanFn = std::function<bool(std::string_view key, std::string_view value)>;
   virtual Status Scan(KeySpace space, std::string_view prefix, const ScanFn& fn) = 0;
+  // The same for every key in [begin, end): one pass over a run of
+  // neighbouring records (a step's inodes) instead of a lookup each.
+  virtual Status ScanRange(KeySpace space, std::string_view begin, std::string_view end,
+                           const ScanFn& fn) = 0;
 };
 
 // Opens (creating if needed) the RocksDB manifest in dir.

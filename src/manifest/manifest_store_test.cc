@@ -158,6 +158,27 @@ TYPED_TEST(ManifestStoreContractTest, ScanPrefixEndingInFF) {
   EXPECT_EQ(this->ScanAll(KeySpace::kInodes, std::string("\xff", 1)).size(), 0u);
 }
 
+TYPED_TEST(ManifestStoreContractTest, ScanRangeReturnsKeysFromBeginToBeforeEnd) {
+  for (const char* key : {"a", "b", "b1", "c", "c0", "d"}) this->Put(KeySpace::kObjects, key, key);
+  std::vector<std::string> seen;
+  auto scan = [&](std::string_view begin, std::string_view end) {
+    seen.clear();
+    Status s = this->store_->ScanRange(KeySpace::kObjects, begin, end,
+                                       [&](std::string_view k, std::string_view v) {
+                                         EXPECT_EQ(k, v);
+                                         seen.emplace_back(k);
+                                         return true;
+                                       });
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return seen;
+  };
+  EXPECT_EQ(scan("b", "c0"), (std::vector<std::string>{"b", "b1", "c"}));
+  EXPECT_EQ(scan("", "b"), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(scan("c0", std::string("\xff", 1)), (std::vector<std::string>{"c0", "d"}));
+  EXPECT_TRUE(scan("b2", "b3").empty());
+  EXPECT_TRUE(scan("c", "c").empty());
+}
+
 TYPED_TEST(ManifestStoreContractTest, ScanStopsWhenTold) {
   for (int i = 0; i < 10; i++) this->Put(KeySpace::kSteps, "k" + std::to_string(i), "v");
   std::vector<std::string> seen;

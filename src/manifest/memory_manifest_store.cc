@@ -80,6 +80,23 @@ Status MemoryManifestStore::Scan(KeySpace space, std::string_view prefix, const 
   return Status::Ok();
 }
 
+Status MemoryManifestStore::ScanRange(KeySpace space, std::string_view begin, std::string_view end,
+                                      const ScanFn& fn) {
+  if (!ValidSpace(space)) return BadSpace(space);
+  std::vector<std::pair<std::string, std::string>> matches;
+  {
+    MutexLock lock(&mu_);
+    const Space& s = visible_[static_cast<size_t>(space)];
+    for (auto it = s.lower_bound(begin); it != s.end() && it->first < end; ++it) {
+      matches.emplace_back(it->first, it->second);
+    }
+  }
+  for (const auto& [key, value] : matches) {
+    if (!fn(key, value)) break;
+  }
+  return Status::Ok();
+}
+
 void MemoryManifestStore::SimulateCrash(size_t keep_unsynced) {
   MutexLock lock(&mu_);
   keep_unsynced = std::min(keep_unsynced, unsynced_.size());

@@ -31,6 +31,8 @@ class MemoryManifestStore final : public ManifestStore {
   Status Write(const ManifestBatch& batch, bool sync) override;
   Result<std::optional<std::string>> Get(KeySpace space, std::string_view key) override;
   Status Scan(KeySpace space, std::string_view prefix, const ScanFn& fn) override;
+  Status ScanRange(KeySpace space, std::string_view begin, std::string_view end,
+                   const ScanFn& fn) override;
 
   // Power loss: the visible state becomes the durable state plus the first
   // keep_unsynced unsynced batches (all of them when there are fewer), and

@@ -334,6 +334,22 @@ Status RocksDbManifestStore::Scan(KeySpace space, std::string_view prefix, const
   return ToStatus(it->status(), std::string("scan manifest ") + KeySpaceName(space));
 }
 
+Status RocksDbManifestStore::ScanRange(KeySpace space, std::string_view begin, std::string_view end,
+                                       const ScanFn& fn) {
+  if (rep_->Family(space) == nullptr) return BadSpace(space);
+  const rocksdb::Slice bound(ToSlice(end));
+  rocksdb::ReadOptions options;
+  options.iterate_upper_bound = &bound;
+  std::unique_ptr<rocksdb::Iterator> it(rep_->db->NewIterator(options, rep_->Family(space)));
+  for (it->Seek(ToSlice(begin)); it->Valid(); it->Next()) {
+    if (!fn(std::string_view(it->key().data(), it->key().size()),
+            std::string_view(it->value().data(), it->value().size()))) {
+      break;
+    }
+  }
+  return ToStatus(it->status(), std::string("scan manifest ") + KeySpaceName(space));
+}
+
 Result<std::unique_ptr<ManifestStore>> OpenRocksDbManifestStore(const std::string& dir) {
   Result<std::unique_ptr<RocksDbManifestStore>> store = RocksDbManifestStore::Open(dir);
   if (!store.ok()) return store.status();

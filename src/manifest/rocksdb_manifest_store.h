@@ -40,6 +40,8 @@ class RocksDbManifestStore final : public ManifestStore {
   Status Write(const ManifestBatch& batch, bool sync) override;
   Result<std::optional<std::string>> Get(KeySpace space, std::string_view key) override;
   Status Scan(KeySpace space, std::string_view prefix, const ScanFn& fn) override;
+  Status ScanRange(KeySpace space, std::string_view begin, std::string_view end,
+                   const ScanFn& fn) override;
 
  private:
   struct Rep;  // the rocksdb::DB and its column family handles

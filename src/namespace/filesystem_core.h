@@ -120,6 +120,8 @@ class FileSystemCore {
   // Reads ino's record, xattrs and checksum into the table; nullptr when the
   // manifest has no such inode.
   Result<Inode*> ReadInodeLocked(uint64_t ino) REQUIRES(mu_);
+  // The same for many (those the manifest lacks are skipped).
+  Status ReadInodesLocked(std::vector<uint64_t> inos) REQUIRES(mu_);
   // Reads dir's entries and links them, reading inodes not in memory yet;
   // subdirectories go to dirs, regular files to files (when given).
   Status LoadEntriesLocked(Inode* dir, std::vector<Inode*>* dirs, std::vector<Inode*>* files)

@@ -118,6 +118,67 @@ Status FileSystemCore::LoadSettledStepsLazilyLocked() {
   return Status::Ok();
 }
 
+Status FileSystemCore::ReadInodesLocked(std::vector<uint64_t> inos) {
+  std::sort(inos.begin(), inos.end());
+  inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
+  if (inos.empty()) return Status::Ok();
+  // A step's files were mostly made one after another: their numbers form a
+  // run, and three range scans (records, xattrs, checksums) read them all.
+  // Numbers spread wide (a directory filled over a long time) are read one
+  // by one rather than scanning what lies between.
+  const uint64_t first = inos.front(), last = inos.back();
+  if (last - first >= 4 * inos.size() + 64) {
+    for (uint64_t ino : inos) {
+      auto read = ReadInodeLocked(ino);
+      if (!read.ok()) return read.status();
+    }
+    return Status::Ok();
+  }
+  const std::string begin = InoKey(first), end = InoKey(last + 1);
+  std::map<uint64_t, Inode> read;
+  Status decode_error;
+  auto fail = [&](const Status& st) {
+    decode_error = st;
+    return false;
+  };
+  CKPTFS_RETURN_IF_ERROR(manifest_->ScanRange(
+      KeySpace::kInodes, begin, end, [&](std::string_view k, std::string_view v) {
+        auto ino = DecodeInoKey(k);
+        if (!ino.ok()) return fail(ino.status());
+        if (!std::binary_search(inos.begin(), inos.end(), *ino))
+          return true;  // another directory's
+        auto rec = DecodeInode(v);
+        if (!rec.ok()) return fail(rec.status());
+        read[*ino].rec = std::move(rec).value();
+        return true;
+      }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  CKPTFS_RETURN_IF_ERROR(manifest_->ScanRange(
+      KeySpace::kXattrs, begin, end, [&](std::string_view k, std::string_view v) {
+        auto key = DecodeNamedKey(k);
+        if (!key.ok()) return fail(key.status());
+        if (auto it = read.find(key->first); it != read.end())
+          it->second.xattrs[key->second] = std::string(v);
+        return true;
+      }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  CKPTFS_RETURN_IF_ERROR(manifest_->ScanRange(KeySpace::kChecksums, begin, end,
+                                              [&](std::string_view k, std::string_view v) {
+                                                auto ino = DecodeInoKey(k);
+                                                if (!ino.ok()) return fail(ino.status());
+                                                auto it = read.find(*ino);
+                                                if (it == read.end() || !it->second.is_reg())
+                                                  return true;
+                                                auto crc = DecodeChecksum(v);
+                                                if (!crc.ok()) return fail(crc.status());
+                                                it->second.checksum = *crc;
+                                                return true;
+                                              }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  for (auto& [ino, inode] : read) inodes_.Insert(std::move(inode));
+  return Status::Ok();
+}
+
 Result<Inode*> FileSystemCore::ReadInodeLocked(uint64_t ino) {
   auto value = manifest_->Get(KeySpace::kInodes, InoKey(ino));
   if (!value.ok()) return value.status();
@@ -170,13 +231,13 @@ Status FileSystemCore::LoadEntriesLocked(Inode* dir, std::vector<Inode*>* dirs,
                                            return true;
                                          }));
   CKPTFS_RETURN_IF_ERROR(decode_error);
+  std::vector<uint64_t> missing;  // not in memory (a hard link may be)
+  for (const auto& [name, dent] : entries) {
+    if (!inodes_.Find(dent.ino)) missing.push_back(dent.ino);
+  }
+  CKPTFS_RETURN_IF_ERROR(ReadInodesLocked(std::move(missing)));
   for (auto& [name, dent] : entries) {
-    Inode* child = inodes_.Find(dent.ino);  // a hard link loaded already
-    if (!child) {
-      auto read = ReadInodeLocked(dent.ino);
-      if (!read.ok()) return read.status();
-      child = *read;
-    }
+    Inode* child = inodes_.Find(dent.ino);
     if (!child) return Status::Error(EIO, "manifest entry " + name + " points to a missing inode");
     dir->children[name] = dent;
     dir->by_cookie[dent.cookie] = name;

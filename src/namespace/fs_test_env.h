@@ -37,6 +37,10 @@ class SharedManifest final : public ManifestStore {
   Status Scan(KeySpace space, std::string_view prefix, const ScanFn& fn) override {
     return target_->Scan(space, prefix, fn);
   }
+  Status ScanRange(KeySpace space, std::string_view begin, std::string_view end,
+                   const ScanFn& fn) override {
+    return target_->ScanRange(space, begin, end, fn);
+  }
 
  private:
   ManifestStore* target_;
