@@ -420,6 +420,8 @@ class FileSystemCore {
   Holdings HoldingsLocked() REQUIRES(mu_);
   std::vector<TierPort::EvictionCandidate> EvictionCandidatesLocked() REQUIRES(mu_);
   uint64_t ResidentBytesLocked() REQUIRES(mu_);
+  // Bytes of the committed steps a lazy mount has not loaded (their records').
+  uint64_t UnloadedStepBytesLocked() REQUIRES(mu_);
   std::optional<std::string> StepXattrLocked(uint64_t ino, const std::string& name) REQUIRES(mu_);
 
   const FileSystemOptions options_;

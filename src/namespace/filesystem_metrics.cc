@@ -65,14 +65,16 @@ std::string FileSystemCore::RenderMetricsLocked() {
   w.Sample("ckptfs_steps_persisted", static_cast<double>(persisted));
   // Memory: every inode in the namespace plus removed ones the kernel still
   // references (it sends FORGET when it drops them); bench/soak watches it.
-  w.Family("ckptfs_inodes", "gauge", "Inodes held in memory (named, open or still known to the kernel).");
+  w.Family("ckptfs_inodes", "gauge",
+           "Inodes held in memory (named, open or still known to the kernel; committed steps not "
+           "looked into since the mount are not loaded).");
   w.Sample("ckptfs_inodes", static_cast<double>(inodes_.size()));
   w.Family("ckptfs_step_runtimes", "gauge", "Steps with in-memory commit bookkeeping (writing or settling).");
   w.Sample("ckptfs_step_runtimes", static_cast<double>(steps_.runtimes().size()));
 
   // Cache bytes by state: data of persisted steps (evictable), everything
   // else written here (never evicted), and remote-only data (not cached).
-  uint64_t evictable = 0, pinned = 0, remote_only = 0;
+  uint64_t evictable = 0, pinned = UnloadedStepBytesLocked(), remote_only = 0;
   for (const auto& [ino, node] : inodes_) {
     const Inode* inode = &node;
     if (!inode->is_reg()) continue;

@@ -674,10 +674,21 @@ uint64_t FileSystem::ResidentBytes() {
 }
 
 uint64_t FileSystemCore::ResidentBytesLocked() {
-  uint64_t total = 0;
+  uint64_t total = UnloadedStepBytesLocked();
   for (const auto& [ino, node] : inodes_) {
     const Inode* inode = &node;
     if (inode->is_reg() && (!inode->object || inode->object->resident)) total += inode->rec.size;
+  }
+  return total;
+}
+
+uint64_t FileSystemCore::UnloadedStepBytesLocked() {
+  // Only a mount without a remote leaves steps unloaded, so all their bytes
+  // are resident; a committed step's record counts them.
+  uint64_t total = 0;
+  for (const auto& [step_ino, rec] : steps_) {
+    const Inode* dir = inodes_.Find(step_ino);
+    if (dir && dir->entries_unloaded) total += rec.bytes;
   }
   return total;
 }

@@ -106,6 +106,16 @@ TEST(LazyNamespaceTest, ARestartLoadsACommittedStepOnlyWhenLookedInto) {
   EXPECT_EQ(fs.InodeCountForTest(), 7u + 2 * 22u);
 }
 
+TEST(LazyNamespaceTest, WhatTheCacheHoldsCountsUnloadedSteps) {
+  FsEnv env;
+  MakeRun(env, 3, 10);
+  const uint64_t before = env.fs().ResidentBytes();
+  EXPECT_GT(before, 3u * 10 * 8);
+  env.KillAndRestart();
+  EXPECT_EQ(env.fs().InodeCountForTest(), 5u);
+  EXPECT_EQ(env.fs().ResidentBytes(), before);
+}
+
 TEST(LazyNamespaceTest, InodeNumbersAreNeverReusedAcrossRestartsAndCrashes) {
   FsEnv env;
   const CommittedRun r = MakeRun(env, 2, 5);
