@@ -122,6 +122,13 @@ class FileSystemCore {
   Result<Inode*> ReadInodeLocked(uint64_t ino) REQUIRES(mu_);
   // The same for many (those the manifest lacks are skipped).
   Status ReadInodesLocked(std::vector<uint64_t> inos) REQUIRES(mu_);
+  // The records of inos (sorted, unique; those the manifest has), with one
+  // range scan where the numbers are close together.
+  Result<std::map<uint64_t, InodeRecord>> ReadRecordsLocked(const std::vector<uint64_t>& inos)
+      REQUIRES(mu_);
+  // dir's entries as the manifest holds them, in name order.
+  Result<std::vector<std::pair<std::string, DentryRecord>>> ReadEntriesLocked(uint64_t dir_ino)
+      REQUIRES(mu_);
   // Reads dir's entries and links them, reading inodes not in memory yet;
   // subdirectories go to dirs, regular files to files (when given).
   Status LoadEntriesLocked(Inode* dir, std::vector<Inode*>* dirs, std::vector<Inode*>* files)

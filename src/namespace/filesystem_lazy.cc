@@ -118,41 +118,74 @@ Status FileSystemCore::LoadSettledStepsLazilyLocked() {
   return Status::Ok();
 }
 
+namespace {
+
+// A step's files were mostly made one after another: their numbers form a
+// run, and a range scan per key space reads them all. Numbers spread wide (a
+// directory filled over a long time) are read one by one rather than
+// scanning what lies between. inos sorted, unique, not empty.
+bool Dense(const std::vector<uint64_t>& inos) {
+  return inos.back() - inos.front() < 4 * inos.size() + 64;
+}
+
+}  // namespace
+
+Result<std::map<uint64_t, InodeRecord>> FileSystemCore::ReadRecordsLocked(
+    const std::vector<uint64_t>& inos) {
+  std::map<uint64_t, InodeRecord> out;
+  if (inos.empty()) return out;
+  if (!Dense(inos)) {
+    for (uint64_t ino : inos) {
+      auto value = manifest_->Get(KeySpace::kInodes, InoKey(ino));
+      if (!value.ok()) return value.status();
+      if (!value->has_value()) continue;
+      auto rec = DecodeInode(**value);
+      if (!rec.ok()) return rec.status();
+      out.emplace(ino, std::move(rec).value());
+    }
+    return out;
+  }
+  Status decode_error;
+  CKPTFS_RETURN_IF_ERROR(manifest_->ScanRange(
+      KeySpace::kInodes, InoKey(inos.front()), InoKey(inos.back() + 1),
+      [&](std::string_view k, std::string_view v) {
+        auto ino = DecodeInoKey(k);
+        if (!ino.ok()) decode_error = ino.status();
+        if (!ino.ok() || !std::binary_search(inos.begin(), inos.end(), *ino)) return ino.ok();
+        auto rec = DecodeInode(v);
+        if (!rec.ok()) {
+          decode_error = rec.status();
+          return false;
+        }
+        out.emplace(*ino, std::move(rec).value());  // not another directory's
+        return true;
+      }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  return out;
+}
+
 Status FileSystemCore::ReadInodesLocked(std::vector<uint64_t> inos) {
   std::sort(inos.begin(), inos.end());
   inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
   if (inos.empty()) return Status::Ok();
-  // A step's files were mostly made one after another: their numbers form a
-  // run, and three range scans (records, xattrs, checksums) read them all.
-  // Numbers spread wide (a directory filled over a long time) are read one
-  // by one rather than scanning what lies between.
-  const uint64_t first = inos.front(), last = inos.back();
-  if (last - first >= 4 * inos.size() + 64) {
+  if (!Dense(inos)) {
     for (uint64_t ino : inos) {
       auto read = ReadInodeLocked(ino);
       if (!read.ok()) return read.status();
     }
     return Status::Ok();
   }
-  const std::string begin = InoKey(first), end = InoKey(last + 1);
+  // Three range scans: records, xattrs, checksums.
+  auto records = ReadRecordsLocked(inos);
+  if (!records.ok()) return records.status();
   std::map<uint64_t, Inode> read;
+  for (auto& [ino, rec] : *records) read[ino].rec = std::move(rec);
+  const std::string begin = InoKey(inos.front()), end = InoKey(inos.back() + 1);
   Status decode_error;
   auto fail = [&](const Status& st) {
     decode_error = st;
     return false;
   };
-  CKPTFS_RETURN_IF_ERROR(manifest_->ScanRange(
-      KeySpace::kInodes, begin, end, [&](std::string_view k, std::string_view v) {
-        auto ino = DecodeInoKey(k);
-        if (!ino.ok()) return fail(ino.status());
-        if (!std::binary_search(inos.begin(), inos.end(), *ino))
-          return true;  // another directory's
-        auto rec = DecodeInode(v);
-        if (!rec.ok()) return fail(rec.status());
-        read[*ino].rec = std::move(rec).value();
-        return true;
-      }));
-  CKPTFS_RETURN_IF_ERROR(decode_error);
   CKPTFS_RETURN_IF_ERROR(manifest_->ScanRange(
       KeySpace::kXattrs, begin, end, [&](std::string_view k, std::string_view v) {
         auto key = DecodeNamedKey(k);
@@ -213,24 +246,32 @@ Result<Inode*> FileSystemCore::ReadInodeLocked(uint64_t ino) {
   return inodes_.Insert(std::move(inode));
 }
 
+Result<std::vector<std::pair<std::string, DentryRecord>>> FileSystemCore::ReadEntriesLocked(
+    uint64_t dir_ino) {
+  std::vector<std::pair<std::string, DentryRecord>> entries;
+  Status decode_error;
+  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(
+      KeySpace::kDentries, DentryPrefix(dir_ino), [&](std::string_view k, std::string_view v) {
+        auto key = DecodeNamedKey(k);
+        auto dent = DecodeDentry(v);
+        if (!key.ok() || !dent.ok()) {
+          decode_error = key.ok() ? dent.status() : key.status();
+          return false;
+        }
+        entries.emplace_back(std::move(key->second), *dent);
+        return true;
+      }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  return entries;
+}
+
 Status FileSystemCore::LoadEntriesLocked(Inode* dir, std::vector<Inode*>* dirs,
                                          std::vector<Inode*>* files) {
   const uint64_t dir_ino = dir->rec.ino;
-  std::vector<std::pair<std::string, DentryRecord>> entries;
-  Status decode_error;
   // Read first, look up after: a store may hold its lock through a scan.
-  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kDentries, DentryPrefix(dir_ino),
-                                         [&](std::string_view k, std::string_view v) {
-                                           auto key = DecodeNamedKey(k);
-                                           auto dent = DecodeDentry(v);
-                                           if (!key.ok() || !dent.ok()) {
-                                             decode_error = key.ok() ? dent.status() : key.status();
-                                             return false;
-                                           }
-                                           entries.emplace_back(std::move(key->second), *dent);
-                                           return true;
-                                         }));
-  CKPTFS_RETURN_IF_ERROR(decode_error);
+  auto read = ReadEntriesLocked(dir_ino);
+  if (!read.ok()) return read.status();
+  std::vector<std::pair<std::string, DentryRecord>>& entries = *read;
   std::vector<uint64_t> missing;  // not in memory (a hard link may be)
   for (const auto& [name, dent] : entries) {
     if (!inodes_.Find(dent.ino)) missing.push_back(dent.ino);
@@ -319,29 +360,20 @@ Result<std::vector<FileSystemCore::CommittedSize>> FileSystemCore::ReadSealedFil
   while (!dirs.empty()) {
     const auto [dir, dir_path] = dirs.back();
     dirs.pop_back();
-    std::vector<std::pair<std::string, uint64_t>> children;
-    Status decode_error;
-    CKPTFS_RETURN_IF_ERROR(manifest_->Scan(
-        KeySpace::kDentries, DentryPrefix(dir), [&](std::string_view k, std::string_view v) {
-          auto key = DecodeNamedKey(k);
-          auto dent = DecodeDentry(v);
-          if (!key.ok() || !dent.ok()) {
-            decode_error = key.ok() ? dent.status() : key.status();
-            return false;
-          }
-          children.emplace_back(std::move(key->second), dent->ino);
-          return true;
-        }));
-    CKPTFS_RETURN_IF_ERROR(decode_error);
-    for (const auto& [name, ino] : children) {
-      if (!seen.insert(ino).second) continue;  // hard links: once
-      auto value = manifest_->Get(KeySpace::kInodes, InoKey(ino));
-      if (!value.ok()) return value.status();
-      if (!value->has_value()) continue;
-      auto rec = DecodeInode(**value);
-      if (!rec.ok()) return rec.status();
-      if (S_ISDIR(rec->mode)) dirs.emplace_back(ino, dir_path + "/" + name);
-      if (S_ISREG(rec->mode) && rec->sealed) out.push_back({ino, rec->size, dir_path + "/" + name});
+    auto entries = ReadEntriesLocked(dir);
+    if (!entries.ok()) return entries.status();
+    std::vector<uint64_t> inos;
+    for (const auto& [name, dent] : *entries) inos.push_back(dent.ino);
+    std::sort(inos.begin(), inos.end());
+    inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
+    auto records = ReadRecordsLocked(inos);
+    if (!records.ok()) return records.status();
+    for (const auto& [name, dent] : *entries) {
+      auto rec = records->find(dent.ino);
+      if (rec == records->end() || !seen.insert(dent.ino).second) continue;  // hard links: once
+      const std::string path = dir_path + "/" + name;
+      if (S_ISDIR(rec->second.mode)) dirs.emplace_back(dent.ino, path);
+      if (S_ISREG(rec->second.mode) && rec->second.sealed) out.push_back({dent.ino, rec->second.size, path});
     }
   }
   return out;

@@ -168,6 +168,19 @@ class FsEnv {
   std::unique_ptr<CommitCoordinator> coordinator_;
 };
 
+// Keys of a manifest key space (those starting with prefix), counted.
+inline size_t KeysIn(ManifestStore& manifest, KeySpace space, std::string_view prefix = "") {
+  size_t n = 0;
+  EXPECT_TRUE(manifest
+                  .Scan(space, prefix,
+                        [&](std::string_view, std::string_view) {
+                          ++n;
+                          return true;
+                        })
+                  .ok());
+  return n;
+}
+
 // Helpers shared by the FileSystem tests; they report failures through
 // GoogleTest and return 0 / "<error>" so a test fails where it asserts.
 inline const Caller kRoot{.uid = 0, .gid = 0};

@@ -18,18 +18,6 @@
 namespace ckptfs::testing {
 namespace {
 
-size_t KeysIn(MemoryManifestStore& manifest, KeySpace space, std::string_view prefix = "") {
-  size_t n = 0;
-  EXPECT_TRUE(manifest
-                  .Scan(space, prefix,
-                        [&](std::string_view, std::string_view) {
-                          ++n;
-                          return true;
-                        })
-                  .ok());
-  return n;
-}
-
 std::string StateOf(FileSystem& fs, uint64_t step) {
   auto v = fs.GetXattr(step, "user.ckptfs.state");
   return v.ok() ? *v : "<" + v.status().ToString() + ">";

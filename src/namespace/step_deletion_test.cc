@@ -14,19 +14,6 @@
 namespace ckptfs::testing {
 namespace {
 
-// Keys of a manifest key space, counted.
-size_t KeysIn(MemoryManifestStore& manifest, KeySpace space) {
-  size_t n = 0;
-  EXPECT_TRUE(manifest
-                  .Scan(space, "",
-                        [&](std::string_view, std::string_view) {
-                          ++n;
-                          return true;
-                        })
-                  .ok());
-  return n;
-}
-
 struct CommittedStep {
   uint64_t run = 0;
   uint64_t step = 0;
