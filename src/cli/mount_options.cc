@@ -48,6 +48,10 @@ const char* const kMountUsage =
     "  --nonempty             mount over a mountpoint that is not empty (its files are hidden\n"
     "                         while mounted; refused by default)\n"
     "  -o OPTIONS             FUSE mount options (comma-separated), e.g. -o allow_other\n"
+    "  --inode-cache N        inodes of committed steps kept in memory (default 250000): past\n"
+    "                         it, steps nobody uses are dropped, least recently used first,\n"
+    "                         and read again from the manifest when next used (local-only\n"
+    "                         mounts; with --remote every inode stays in memory)\n"
     "  --log-level LEVEL      events also logged to stderr (journald; CACHE/ckptfs.log in the\n"
     "                         background): debug, info (default), warning, error\n"
     "\n"
@@ -255,6 +259,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
     kPublishTimeout,
     kReadWait,
     kPassthrough,
+    kInodeCache,
   };
   static const option kLong[] = {
       {"cache", required_argument, nullptr, kCache},
@@ -293,6 +298,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"publish-timeout", required_argument, nullptr, kPublishTimeout},
       {"read-wait", required_argument, nullptr, kReadWait},
       {"passthrough", required_argument, nullptr, kPassthrough},
+      {"inode-cache", required_argument, nullptr, kInodeCache},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -426,6 +432,20 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
           return Status::Error(EINVAL, std::string("--upload-parallel takes a number from 1 to 256, not '") + optarg + "'");
         }
         o.tier.upload_files = static_cast<int>(n);
+        break;
+      }
+      case kInodeCache: {
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long n = std::strtoull(optarg, &end, 10);
+        if (errno != 0 || end == optarg || *end != '\0' || optarg[0] == '-' || n < 1000 ||
+            n > (1ULL << 32)) {
+          return Status::Error(
+              EINVAL,
+              std::string("--inode-cache takes a number of inodes from 1000 to 4294967296, not '") +
+                  optarg + "'");
+        }
+        o.fs.max_cached_inodes = static_cast<size_t>(n);
         break;
       }
       case kLogLevel:

@@ -132,6 +132,20 @@ TEST(MountOptionsTest, MetadataReserveTakesASizeAShareOrZero) {
   }
 }
 
+TEST(MountOptionsTest, InodeCacheTakesACountOfInodes) {
+  auto def = ParseMount({"/m"});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->fs.max_cached_inodes, 250000u);
+  auto set = ParseMount({"/m", "--inode-cache", "1000000"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->fs.max_cached_inodes, 1000000u);
+  for (const char* bad : {"", "999", "-5000", "1e6", "250k", "99999999999"}) {
+    auto r = ParseMount({"/m", "--inode-cache", bad});
+    EXPECT_EQ(r.err(), EINVAL) << bad;
+    if (!r.ok()) EXPECT_NE(r.status().message().find("--inode-cache"), std::string::npos);
+  }
+}
+
 TEST(MountOptionsTest, NodeAndRefreshForClusterMode) {
   auto def = ParseMount({"/m"});
   ASSERT_TRUE(def.ok());

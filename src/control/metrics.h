@@ -57,6 +57,8 @@ struct FsMetrics {
   std::atomic<uint64_t> retention_removals{0};
   // Settled steps read from the manifest on first use (the lazy namespace).
   std::atomic<uint64_t> lazy_step_loads{0};
+  // And dropped from memory again past the inode budget.
+  std::atomic<uint64_t> lazy_step_unloads{0};
   // Files and bytes written by writer-library clients around FUSE.
   std::atomic<uint64_t> writer_fastpath_bytes{0};
   std::atomic<uint64_t> writer_fastpath_files{0};

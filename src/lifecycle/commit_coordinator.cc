@@ -290,6 +290,11 @@ void CommitCoordinator::IdleLoop() {
     if (!checked.ok())
       std::fprintf(stderr, "ckptfs: checking unloaded steps: %s\n",
                    checked.status().ToString().c_str());
+    // And steps it loaded since are dropped again past the memory budget.
+    auto unloaded = steps_->UnloadIdleSteps();
+    if (!unloaded.ok())
+      std::fprintf(stderr, "ckptfs: unloading idle steps: %s\n",
+                   unloaded.status().ToString().c_str());
     lock.Lock();
   }
 }

@@ -69,6 +69,7 @@ class FakeCommitPort final : public CommitPort {
   void RequestSettledCommits() override {}
   Result<size_t> CollectGarbage(size_t) override { return size_t{0}; }
   Result<size_t> CheckUnloadedSteps(size_t) override { return size_t{0}; }
+  Result<size_t> UnloadIdleSteps() override { return size_t{0}; }
   void RequestRecoveredCommits() override {}
 };
 

@@ -144,6 +144,10 @@ class CommitPort {
   // files' sizes of up to max of them (returns how many), and once all are
   // checked removes backing files no inode owns, as a full mount would.
   virtual Result<size_t> CheckUnloadedSteps(size_t max) = 0;
+  // A lazy mount over its --inode-cache budget: unloads settled steps
+  // nothing uses, least recently used first, and asks the kernel to drop
+  // the next ones (they unload at a later call). Returns how many unloaded.
+  virtual Result<size_t> UnloadIdleSteps() = 0;
   // Commits recovery found pending (their trigger survived a daemon crash
   // in the same boot); asked for once the requester is set.
   virtual void RequestRecoveredCommits() = 0;

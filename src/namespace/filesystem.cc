@@ -221,6 +221,16 @@ size_t FileSystem::InodeCountForTest() {
   return inodes_.size();
 }
 
+void FileSystem::ForgetEverythingForTest() {
+  std::vector<std::pair<uint64_t, uint64_t>> held;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [ino, inode] : inodes_) {
+      if (inode.lookups > 0) held.emplace_back(ino, inode.lookups);
+    }
+  }
+  for (const auto& [ino, n] : held) Forget(ino, n);
+}
 
 bool FileSystem::RetryManifest() {
   MutexLock lock(&mu_);

@@ -172,6 +172,9 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   std::string PathOf(uint64_t ino);
   // Hooks for tests: how many inodes are in memory, the first background error.
   size_t InodeCountForTest();
+  // What the kernel does at umount or under memory pressure: forgets every
+  // inode it looked up (FORGET with each one's whole count).
+  void ForgetEverythingForTest();
   // Retries manifest batches kept after a write failure (the coordinator's
   // idle loop calls it every second); true when the manifest is healthy.
   bool RetryManifest() override;
@@ -207,6 +210,7 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   // idle thread, so removal never waits for data deletion.
   Result<size_t> CollectGarbage(size_t max) override;
   Result<size_t> CheckUnloadedSteps(size_t max) override;
+  Result<size_t> UnloadIdleSteps() override;
   // Kernel cache invalidation for entries the daemon removed by itself
   // (pruned steps): fn(parent, name) is called outside mu_ by
   // FlushInvalidations, from a thread that is not serving a FUSE request.

@@ -151,6 +151,21 @@ class FileSystemCore {
   // The sealed files below an unloaded step, read from the manifest without
   // loading them.
   Result<std::vector<CommittedSize>> ReadSealedFilesLocked(uint64_t step_ino) REQUIRES(mu_);
+  // Unloading settled steps again past options_.max_cached_inodes
+  // (filesystem_unload.cc). A loaded settled step was used now (loaded, or
+  // a lookup reached the daemon inside it): it is unloaded last.
+  void NoteStepUsedLocked(uint64_t step_ino) REQUIRES(mu_);
+  // A lookup in dir_ino: the step it lies in, if loaded, was used now.
+  void NoteLookupInLocked(uint64_t dir_ino) REQUIRES(mu_);
+  void ForgetLoadedStepLocked(uint64_t step_ino) REQUIRES(mu_);
+  // Loaded settled steps the book does not know yet (committed during this
+  // mount, or loaded whole at it) join it.
+  void AdoptSettledStepsLocked() REQUIRES(mu_);
+  // How many inodes unloading step frees, or nullopt when something below
+  // it is in use (kernel references, open handles, unsaved state, a view).
+  std::optional<size_t> UnloadableSizeLocked(const Inode* step) REQUIRES(mu_);
+  // Drops step's subtree from memory; it loads again on next use.
+  void UnloadStepLocked(Inode* step) REQUIRES(mu_);
   // Before Allocate hands out a number above the reservation: reserves the
   // next block durably (kInoReservedKey).
   Status ReserveInoLocked() REQUIRES(mu_);
@@ -485,6 +500,15 @@ class FileSystemCore {
   std::set<uint64_t> unchecked_steps_ GUARDED_BY(mu_);
   bool strays_swept_ GUARDED_BY(mu_) = false;
   uint64_t ino_reserved_ GUARDED_BY(mu_) = 0;
+  // Loaded settled steps, by last use (filesystem_unload.cc): the unload
+  // order, and whether the kernel was already asked to drop the step.
+  struct LoadedStep {
+    uint64_t use = 0;
+    bool invalidated = false;
+  };
+  std::unordered_map<uint64_t, LoadedStep> loaded_steps_ GUARDED_BY(mu_);
+  std::map<uint64_t, uint64_t> steps_by_use_ GUARDED_BY(mu_);  // use -> step ino
+  uint64_t use_seq_ GUARDED_BY(mu_) = 0;
 
   FsMetrics metrics_;
   std::unique_ptr<FullViewCache> full_views_;

@@ -49,6 +49,7 @@ Result<Entry> FileSystem::Lookup(uint64_t parent, const std::string& name) {
   if (it != (*dir)->children.end()) {
     Inode* child = inodes_.Find(it->second.ino);
     if (!child) return Status::Error(EIO, "dangling entry " + name);
+    NoteLookupInLocked(parent);
     return MakeEntry(child);
   }
   return LookupVirtualLocked(parent, name);

@@ -20,13 +20,6 @@ namespace {
 // per 65,536 creates, and a mount skips at most that many numbers.
 constexpr uint64_t kInoReserveBlock = 65536;
 
-// A step the mount may leave unloaded: committed, so nothing in it changes
-// (its files are sealed) and recovery has nothing to finish or undo there.
-// Broken and incomplete steps stay writable, so they load with the rest.
-bool SettledStep(const StepRecord& rec) {
-  return rec.pending_commit == 0 && rec.state == StepState::kCommitted;
-}
-
 Result<bool> KeySpaceEmpty(ManifestStore& manifest, KeySpace space) {
   bool empty = true;
   CKPTFS_RETURN_IF_ERROR(manifest.Scan(space, "", [&](std::string_view, std::string_view) {
@@ -146,20 +139,21 @@ Result<std::map<uint64_t, InodeRecord>> FileSystemCore::ReadRecordsLocked(
     return out;
   }
   Status decode_error;
-  CKPTFS_RETURN_IF_ERROR(manifest_->ScanRange(
-      KeySpace::kInodes, InoKey(inos.front()), InoKey(inos.back() + 1),
-      [&](std::string_view k, std::string_view v) {
-        auto ino = DecodeInoKey(k);
-        if (!ino.ok()) decode_error = ino.status();
-        if (!ino.ok() || !std::binary_search(inos.begin(), inos.end(), *ino)) return ino.ok();
-        auto rec = DecodeInode(v);
-        if (!rec.ok()) {
-          decode_error = rec.status();
-          return false;
-        }
-        out.emplace(*ino, std::move(rec).value());  // not another directory's
-        return true;
-      }));
+  CKPTFS_RETURN_IF_ERROR(
+      manifest_->ScanRange(KeySpace::kInodes, InoKey(inos.front()), InoKey(inos.back() + 1),
+                           [&](std::string_view k, std::string_view v) {
+                             auto ino = DecodeInoKey(k);
+                             if (!ino.ok()) decode_error = ino.status();
+                             if (!ino.ok() || !std::binary_search(inos.begin(), inos.end(), *ino))
+                               return ino.ok();
+                             auto rec = DecodeInode(v);
+                             if (!rec.ok()) {
+                               decode_error = rec.status();
+                               return false;
+                             }
+                             out.emplace(*ino, std::move(rec).value());  // not another directory's
+                             return true;
+                           }));
   CKPTFS_RETURN_IF_ERROR(decode_error);
   return out;
 }
@@ -250,17 +244,17 @@ Result<std::vector<std::pair<std::string, DentryRecord>>> FileSystemCore::ReadEn
     uint64_t dir_ino) {
   std::vector<std::pair<std::string, DentryRecord>> entries;
   Status decode_error;
-  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(
-      KeySpace::kDentries, DentryPrefix(dir_ino), [&](std::string_view k, std::string_view v) {
-        auto key = DecodeNamedKey(k);
-        auto dent = DecodeDentry(v);
-        if (!key.ok() || !dent.ok()) {
-          decode_error = key.ok() ? dent.status() : key.status();
-          return false;
-        }
-        entries.emplace_back(std::move(key->second), *dent);
-        return true;
-      }));
+  CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kDentries, DentryPrefix(dir_ino),
+                                         [&](std::string_view k, std::string_view v) {
+                                           auto key = DecodeNamedKey(k);
+                                           auto dent = DecodeDentry(v);
+                                           if (!key.ok() || !dent.ok()) {
+                                             decode_error = key.ok() ? dent.status() : key.status();
+                                             return false;
+                                           }
+                                           entries.emplace_back(std::move(key->second), *dent);
+                                           return true;
+                                         }));
   CKPTFS_RETURN_IF_ERROR(decode_error);
   return entries;
 }
@@ -316,6 +310,7 @@ Status FileSystemCore::LoadSubtreeLocked(Inode* step_dir) {
     return Status::Error(EIO, why);
   }
   metrics_.lazy_step_loads++;
+  NoteStepUsedLocked(step_dir->rec.ino);
   if (unchecked_steps_.erase(step_dir->rec.ino) == 0) return Status::Ok();
   std::vector<CommittedSize> sealed;
   for (const Inode* f : files) {
@@ -373,7 +368,8 @@ Result<std::vector<FileSystemCore::CommittedSize>> FileSystemCore::ReadSealedFil
       if (rec == records->end() || !seen.insert(dent.ino).second) continue;  // hard links: once
       const std::string path = dir_path + "/" + name;
       if (S_ISDIR(rec->second.mode)) dirs.emplace_back(dent.ino, path);
-      if (S_ISREG(rec->second.mode) && rec->second.sealed) out.push_back({dent.ino, rec->second.size, path});
+      if (S_ISREG(rec->second.mode) && rec->second.sealed)
+        out.push_back({dent.ino, rec->second.size, path});
     }
   }
   return out;

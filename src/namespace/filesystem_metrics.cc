@@ -41,6 +41,9 @@ std::string FileSystemCore::RenderMetricsLocked() {
   counter("ckptfs_lazy_step_loads_total",
           "Settled steps whose entries were read from the manifest on first use.",
           metrics_.lazy_step_loads.load());
+  counter("ckptfs_lazy_step_unloads_total",
+          "Loaded settled steps dropped from memory past --inode-cache (read again on next use).",
+          metrics_.lazy_step_unloads.load());
   metrics_.commit_seconds.Render("ckptfs_commit_duration_seconds",
                                  "Time from a commit starting (no writer left) to its synced batch.", &w);
   metrics_.commit_sync_seconds.Render(

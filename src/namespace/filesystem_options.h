@@ -3,6 +3,7 @@
 // the mount options (cli/mount_options.h); tests from defaults.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,6 +30,11 @@ struct FileSystemOptions {
   // every file (DCP, OLMo-core), directory renames and explicit commits
   // (the user's word that the step is complete) commit at once.
   int64_t commit_settle_ns = 2LL * 1'000'000'000;
+  // A lazy mount keeps about this many inodes in memory (--inode-cache):
+  // past it, settled steps nobody uses are unloaded, least recently used
+  // first, and read again from the manifest on next use. What is open,
+  // being written or not committed stays whatever the count.
+  size_t max_cached_inodes = 250000;
   // Kernel cache timeouts for ordinary entries and attributes.
   double entry_timeout = 1.0;
   double attr_timeout = 1.0;

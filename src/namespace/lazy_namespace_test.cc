@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -252,6 +253,135 @@ TEST(LazyNamespaceTest, AManifestOfALaterVersionIsRefused) {
   later.Put(KeySpace::kMeta, kFormatVersionKey, "3");
   ASSERT_TRUE(env.manifest.Write(later, true).ok());
   EXPECT_THROW(env.Start(), std::runtime_error);
+}
+
+// Past the inode budget, settled steps nobody uses go back to the manifest,
+// least recently used first: the kernel is first asked to drop the step's
+// entry, and the step is unloaded at a later pass, once the kernel has
+// forgotten its inodes. Read again, it has the same numbers and contents.
+class UnloadTest : public ::testing::Test {
+ protected:
+  static FileSystemOptions Budget(size_t inodes) {
+    FileSystemOptions o;
+    o.max_cached_inodes = inodes;
+    return o;
+  }
+
+  // The kernel's side: what it looked up, and the entries it was asked to
+  // drop (parent, name).
+  void WatchInvalidations(FileSystem& fs) {
+    fs.SetInvalidateEntry(
+        [this](uint64_t parent, const std::string& name) { asked_.emplace_back(parent, name); });
+  }
+  uint64_t LookUp(FileSystem& fs, uint64_t dir, const std::string& name) {
+    auto e = fs.Lookup(dir, name);
+    EXPECT_TRUE(e.ok()) << name << ": " << e.status().ToString();
+    return e.ok() ? e->ino : 0;
+  }
+  // Four committed steps of 20 files and sub/g each, after a restart with
+  // budget inodes, nothing loaded; the kernel's side watched.
+  FileSystem& RestartWithFourSteps(size_t budget) {
+    env_ = std::make_unique<FsEnv>(Budget(budget));
+    run_ = MakeRun(*env_, 4, 20);
+    env_->KillAndRestart();
+    WatchInvalidations(env_->fs());
+    return env_->fs();
+  }
+  size_t Unload(FileSystem& fs) {
+    auto n = fs.UnloadIdleSteps();
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n.ok() ? *n : 0;
+  }
+
+  std::unique_ptr<FsEnv> env_;
+  CommittedRun run_;
+  std::vector<std::pair<uint64_t, std::string>> asked_;
+};
+
+TEST_F(UnloadTest, LeastRecentlyUsedIdleStepsGoPastTheBudgetAndComeBackTheSame) {
+  FileSystem& fs = RestartWithFourSteps(60);
+  const CommittedRun& r = run_;
+  EXPECT_EQ(fs.InodeCountForTest(), 6u);  // root, run, four unloaded steps
+  const uint64_t f1 = LookUp(fs, r.steps[0], "f0");
+  LookUp(fs, r.steps[1], "f0");
+  LookUp(fs, r.steps[2], "f0");
+  EXPECT_EQ(fs.InodeCountForTest(), 6u + 3 * 22u);
+
+  // step1 is the least recently used, but the kernel holds its f0: the
+  // first pass only asks the kernel to drop step1.
+  EXPECT_EQ(Unload(fs), 0u);
+  ASSERT_EQ(asked_.size(), 1u);
+  EXPECT_EQ(asked_[0], std::make_pair(r.run, std::string("step1")));
+  EXPECT_EQ(fs.InodeCountForTest(), 6u + 3 * 22u);
+  fs.Forget(f1, 1);  // what the kernel does once the entry is dropped
+  EXPECT_EQ(Unload(fs), 1u);
+  EXPECT_EQ(fs.InodeCountForTest(), 6u + 2 * 22u);
+  EXPECT_EQ(fs.metrics().lazy_step_unloads.load(), 1u);
+  EXPECT_EQ(Unload(fs), 0u) << "under the budget now";
+
+  // Read again on next use: the same numbers, the same bytes, every entry.
+  auto f7 = fs.Lookup(r.steps[0], "f7");
+  ASSERT_TRUE(f7.ok());
+  EXPECT_EQ(f7->ino, r.inos.at("step1/f7"));
+  EXPECT_EQ(ReadFile(fs, f7->ino), "step1/f7");
+  const uint64_t sub = LookUp(fs, r.steps[0], "sub");
+  EXPECT_EQ(LookUp(fs, sub, "g"), r.inos.at("step1/sub/g"));
+  auto entries = fs.Readdir(r.steps[0], 0, 100);
+  ASSERT_TRUE(entries.ok());
+  EXPECT_EQ(entries->size(), 2u + 21u);  // ".", "..", 21 entries
+  EXPECT_EQ(StateOf(fs, r.steps[0]), "committed");
+  EXPECT_EQ(fs.metrics().lazy_step_loads.load(), 4u);
+}
+
+TEST_F(UnloadTest, AStepWithAnOpenFileStaysAndTheNextOneGoes) {
+  FileSystem& fs = RestartWithFourSteps(60);
+  const CommittedRun& r = run_;
+  const uint64_t f1 = LookUp(fs, r.steps[0], "f3");
+  auto open = fs.OpenFile(f1, O_RDONLY);
+  ASSERT_TRUE(open.ok());
+  fs.Forget(f1, 1);  // an open file keeps its inode in the kernel anyway
+  LookUp(fs, r.steps[1], "f0");
+  LookUp(fs, r.steps[2], "f0");
+  fs.ForgetEverythingForTest();
+
+  // step1 is asked for first; it is still open at the next pass, so it
+  // counts as used and step2 goes instead.
+  EXPECT_EQ(Unload(fs), 0u);
+  EXPECT_EQ(Unload(fs), 1u);
+  EXPECT_EQ(asked_.size(), 1u);
+  EXPECT_EQ(fs.InodeCountForTest(), 6u + 2 * 22u);
+  char buf[16] = {};
+  auto n = fs.Read(open->fh, buf, sizeof buf, 0);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(std::string(buf, *n), "step1/f3");
+  EXPECT_TRUE(fs.Release(open->fh).ok());
+  auto listed = fs.Readdir(r.steps[1], 0, 100);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 2u + 21u);
+  EXPECT_EQ(fs.metrics().lazy_step_loads.load(), 4u) << "step2 read again";
+}
+
+TEST_F(UnloadTest, StepsCommittedDuringTheMountAndUnloadedStepsStillGoAway) {
+  // Nothing loaded lazily: the steps were written and committed by this
+  // mount. They are unloaded all the same, and rm -rf of an unloaded step
+  // deletes every record.
+  FsEnv env(Budget(40));
+  const CommittedRun r = MakeRun(env, 3, 20);
+  FileSystem& fs = env.fs();
+  WatchInvalidations(fs);
+  fs.ForgetEverythingForTest();
+  EXPECT_EQ(Unload(fs), 2u);
+  EXPECT_EQ(fs.InodeCountForTest(), 5u + 22u);
+  EXPECT_TRUE(asked_.empty()) << "the kernel held nothing";
+  const uint64_t sub = LookUp(fs, r.steps[0], "sub");  // rm -rf step1
+  ASSERT_TRUE(fs.Unlink(sub, "g").ok());
+  ASSERT_TRUE(fs.Rmdir(r.steps[0], "sub").ok());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(fs.Unlink(r.steps[0], "f" + std::to_string(i)).ok());
+  ASSERT_TRUE(fs.Rmdir(r.run, "step1").ok());
+  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kDentries, DentryPrefix(r.steps[0])), 0u);
+  EXPECT_FALSE(fs.Lookup(r.run, "step1").ok());
+  env.KillAndRestart();
+  EXPECT_EQ(ReadFile(env.fs(), LookUp(env.fs(), r.steps[1], "f5")), "step2/f5");
 }
 
 }  // namespace

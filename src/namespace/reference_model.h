@@ -38,6 +38,8 @@ struct Op {
     kReload,     // as kKill, without walking the tree after: the next op meets
                  // committed steps still unloaded (the lazy namespace); with
                  // n = 1 the idle thread's background checks run first
+    kUnload,     // the kernel forgets every inode, and the daemon unloads every
+                 // settled step nothing uses (as past its --inode-cache budget)
   };
   Kind kind;
   std::string a;
@@ -47,10 +49,10 @@ struct Op {
 };
 
 inline const char* KindName(Op::Kind k) {
-  static const char* names[] = {"kMkdir",  "kWrite",     "kOverwrite", "kTruncate",
-                                "kUnlink", "kRmdir",     "kRename",    "kCommit",
-                                "kMarker", "kRead",      "kList",      "kCheck",
-                                "kKill",   "kSyncCrash", "kCrash",     "kReload"};
+  static const char* names[] = {"kMkdir",  "kWrite",  "kOverwrite", "kTruncate",  "kUnlink",
+                                "kRmdir",  "kRename", "kCommit",    "kMarker",    "kRead",
+                                "kList",   "kCheck",  "kKill",      "kSyncCrash", "kCrash",
+                                "kReload", "kUnload"};
   return names[k];
 }
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -133,6 +134,16 @@ class RefTest {
         if (op.n) env_.FinishBackgroundChecks();
         env_.DrainCommits();
         return "";
+      case Op::kUnload: {
+        // Twice: the first asks the kernel to drop what it holds, the
+        // second unloads (the kernel here has already forgotten it all).
+        env_.fs().ForgetEverythingForTest();
+        for (int i = 0; i < 2; i++) {
+          if (auto st = env_.fs().UnloadIdleSteps(); !st.ok())
+            return "unload: " + st.status().ToString();
+        }
+        return "";
+      }
       case Op::kSyncCrash:
         if (Status st = env_.fs().FsyncDir(); !st.ok()) return "fsyncdir: " + st.ToString();
         return Crash(0, /*synced=*/true);
@@ -428,7 +439,14 @@ class RefTest {
   }
 
  private:
-  FsEnv env_;
+  // No inode budget: the settled steps kUnload finds idle all go.
+  static FileSystemOptions Options() {
+    FileSystemOptions o;
+    o.max_cached_inodes = 0;
+    return o;
+  }
+
+  FsEnv env_{Options()};
   RefModel model_;
   std::map<uint64_t, Tree> committed_;
 };
@@ -518,17 +536,19 @@ int EnvInt(const char* name, int fallback) {
 }
 
 // Generates and runs ops ops from seed; the ops run so far, and the failure.
-// With reload, every op meets a fresh mount (kReload before it), so each
-// one is the first look into whatever committed step it touches.
-std::pair<std::vector<Op>, std::string> RunSeed(uint32_t seed, int ops, bool reload = false) {
+// With before = kReload, every op meets a fresh mount, so each one is the
+// first look into whatever committed step it touches; with kUnload, every
+// settled step nothing uses has just been dropped from memory again.
+std::pair<std::vector<Op>, std::string> RunSeed(uint32_t seed, int ops,
+                                                std::optional<Op::Kind> before = std::nullopt) {
   Generator gen(seed, EnvInt("CKPTFS_REFTEST_NESTED", 1) != 0);
   RefTest t;
   std::vector<Op> done;
   for (int i = 0; i < ops; ++i) {
-    if (reload) {
-      done.push_back({Op::kReload, "", "", "", seed % 2});
+    if (before) {
+      done.push_back({*before, "", "", "", *before == Op::kReload ? seed % 2 : 0});
       if (std::string why = t.Apply(done.back()); !why.empty())
-        return {done, "op " + std::to_string(i) + " reload: " + why};
+        return {done, "op " + std::to_string(i) + " " + KindName(*before) + ": " + why};
     }
     done.push_back(gen.Next(t.model()));
     std::string why = t.Apply(done.back());
@@ -584,6 +604,21 @@ TEST(ReferenceModelTest, RandomSequencesAgreeWithTheModel) {
   std::cout << "reference model: " << seeds << " seeds x " << ops << " ops in " << s << " s\n";
 }
 
+// Seeds 1..seeds of ops ops each, before each op; failures shrunk and
+// printed as regression tests (at most three).
+void ExpectSeedsAgree(int seeds, int ops, Op::Kind before) {
+  int failures = 0;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    auto [done, why] = RunSeed(static_cast<uint32_t>(seed), ops, before);
+    if (why.empty()) continue;
+    std::vector<Op> small = Shrink(done);
+    ADD_FAILURE() << "seed " << seed << ": " << why << "\nshrunk to " << small.size()
+                  << " ops: " << RefTest().Run(small) << "\n"
+                  << AsRegressionTest(static_cast<uint32_t>(seed), small);
+    if (++failures >= 3) break;
+  }
+}
+
 // The lazy namespace against the model: a restart before every op, so the
 // namespace is read back from the manifest a piece at a time, each op's
 // first look into a committed step loading it (odd seeds also run the
@@ -592,16 +627,18 @@ TEST(ReferenceModelTest, RandomSequencesAgreeWithTheModel) {
 TEST(ReferenceModelTest, EveryOpAfterARestartAgreesWithTheModel) {
   const int seeds = EnvInt("CKPTFS_REFTEST_SEEDS", 300) / 3;
   const int ops = EnvInt("CKPTFS_REFTEST_OPS", 200) / 2;
-  int failures = 0;
-  for (int seed = 1; seed <= seeds; ++seed) {
-    auto [done, why] = RunSeed(static_cast<uint32_t>(seed), ops, /*reload=*/true);
-    if (why.empty()) continue;
-    std::vector<Op> small = Shrink(done);
-    ADD_FAILURE() << "seed " << seed << ": " << why << "\nshrunk to " << small.size()
-                  << " ops: " << RefTest().Run(small) << "\n"
-                  << AsRegressionTest(static_cast<uint32_t>(seed), small);
-    if (++failures >= 3) break;
-  }
+  ExpectSeedsAgree(seeds, ops, Op::kReload);
+}
+
+// Unloading against the model: before every op the kernel forgets what it
+// holds and every settled step nobody uses is dropped from memory (what a
+// mount past its --inode-cache budget does), so each op's look into a
+// committed step reads it back from the manifest mid-mount, with the
+// generator's kills and crashes in between.
+TEST(ReferenceModelTest, EveryOpAfterAnUnloadAgreesWithTheModel) {
+  const int seeds = EnvInt("CKPTFS_REFTEST_SEEDS", 300) / 3;
+  const int ops = EnvInt("CKPTFS_REFTEST_OPS", 200) / 2;
+  ExpectSeedsAgree(seeds, ops, Op::kUnload);
 }
 
 // --- named regression tests: failing sequences found by the random test.

@@ -20,6 +20,14 @@
 
 namespace ckptfs {
 
+// A settled step: committed, with no commit pending, so nothing in it
+// changes (its files are sealed) and recovery has nothing to finish or undo
+// there. The lazy namespace leaves such steps unloaded, and unloads them
+// again when memory runs over. Broken and incomplete steps stay writable.
+inline bool SettledStep(const StepRecord& rec) {
+  return rec.pending_commit == 0 && rec.state == StepState::kCommitted;
+}
+
 // A step's commit request and activity while the daemon runs.
 struct StepRuntime {
   bool commit_wanted = false;

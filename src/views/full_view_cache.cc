@@ -16,6 +16,11 @@ std::optional<FullViewCache::Outcome> FullViewCache::Get(uint64_t dir_ino) {
   return it->second->second;
 }
 
+bool FullViewCache::Contains(uint64_t dir_ino) {
+  MutexLock lock(&mu_);
+  return by_dir_.count(dir_ino) > 0;
+}
+
 void FullViewCache::Put(uint64_t dir_ino, Outcome outcome) {
   MutexLock lock(&mu_);
   auto it = by_dir_.find(dir_ino);

@@ -30,6 +30,8 @@ class FullViewCache {
 
   std::optional<Outcome> Get(uint64_t dir_ino);
   void Put(uint64_t dir_ino, Outcome outcome);
+  // Whether a view of dir_ino is held (its recency unchanged).
+  bool Contains(uint64_t dir_ino);
   // True the first time it is called for key: errors are reported once.
   bool FirstReport(uint64_t key);
 

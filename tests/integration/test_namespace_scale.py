@@ -4,6 +4,7 @@ numbers, the steps' states and `latest`, after an unmount and after a kill -9; r
 step nobody looked at since the remount removes it for good."""
 import os
 import shutil
+import time
 
 from ckptfs_testlib import read_file, write_file
 
@@ -112,4 +113,47 @@ def test_a_large_cache_reads_back_as_written_after_a_remount_and_a_kill(make_ckp
     for rel, ino in sample.items():
         if not rel.startswith(del_prefix):
             assert os.stat(m.path(rel)).st_ino == ino, rel
+    m.umount()
+
+
+def wait_metric_at_most(m, name, bound, timeout=15):
+    """The metric falls to bound or below within timeout seconds (the unloader runs on
+    the daemon's one-second idle tick); its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = metric(m, name)
+        if value <= bound or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
+def test_a_mount_past_its_inode_budget_unloads_idle_steps_and_reads_them_back(make_ckptfs):
+    # 40 steps of 102 entries against a budget of 1,000 inodes: steps nobody uses go
+    # back to the manifest (the kernel asked to drop them first), and come back with
+    # the same numbers and bytes, while written, after a full walk and after a remount.
+    m = make_ckptfs("--inode-cache", "1000")
+    want = build(m)
+    # The steps this mount committed are unloaded too. The writing step (3 files) and
+    # whatever the kernel still holds stay.
+    assert wait_metric_at_most(m, "ckptfs_inodes", 1000) <= 1000
+    assert metric(m, "ckptfs_lazy_step_unloads_total") > 0
+    sample = {rel: os.stat(m.path(rel)).st_ino for rel in list(want)[::89]}
+    with open(m.path("run", step_name(3), "f007"), "rb") as held:
+        assert tree(m) == want
+        assert wait_metric_at_most(m, "ckptfs_inodes", 1000) <= 1000
+        # The open file's step stayed; the file reads on.
+        assert held.read() == want[f"run/{step_name(3)}/f007"]
+    for rel, ino in sample.items():
+        assert os.stat(m.path(rel)).st_ino == ino, rel
+    for n in range(1, STEPS + 1):
+        assert m.state(f"run/{step_name(n)}") == "committed"
+    assert m.latest("run") == step_name(STEPS)
+    assert metric(m, "ckptfs_lazy_step_loads_total") > 0, "the walk read unloaded steps back"
+
+    m.umount()
+    m.start()
+    assert tree(m) == want
+    assert wait_metric_at_most(m, "ckptfs_inodes", 1000) <= 1000
+    for rel, ino in sample.items():
+        assert os.stat(m.path(rel)).st_ino == ino, rel
     m.umount()
