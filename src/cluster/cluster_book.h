@@ -160,6 +160,19 @@ class ClusterBook : public ClusterHooks {
   // One refresh (LIST of the index, then applying it), unless another one
   // ran since the caller read generation `seen`.
   void RefreshNow(uint64_t seen) EXCLUDES(mu_);
+  // A step path's entries in the index, as one LIST gives them.
+  struct IndexedStep {
+    bool committed = false, persisted = false, removed = false;
+    std::string tombstone;  // the ~r entry's tag
+  };
+  // The step record (~c) of a step (one GET).
+  Result<std::string> GetStepRecord(const std::string& step_path);
+  // The step records a refresh will apply (those committed in the index and
+  // not in views, or tombstoned too), kGatherParallel GETs at a time.
+  std::map<std::string, Result<std::string>> GetStepRecords(
+      const std::map<std::string, IndexedStep>& steps,
+      const std::map<std::string, ClusterPort::StepView>& views,
+      const std::set<std::string>& removing);
   // The removal of a step for the cluster: a tombstone naming the removed
   // record's proposal, then every object under the step, then its index entries.
   Status RemoveFromBucket(const std::string& step_path) EXCLUDES(mu_);

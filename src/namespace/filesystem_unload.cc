@@ -3,11 +3,11 @@
 // least recently are returned to the state a mount leaves them in (their
 // subtree in the manifest only, Inode::entries_unloaded), once the kernel
 // holds none of their inodes and nothing in them is open. The kernel only
-// forgets inodes under memory pressure, so the daemon first asks it to drop
-// the step's entry (FUSE's notify_inval_entry), and unloads at a later
-// tick, after the FORGETs arrived. Inode numbers are the manifest's, so a
-// step read again has the same ones (docs/architecture.md, "The lazy
-// namespace").
+// forgets inodes under memory pressure, so the daemon first asks it to
+// drop the entries it holds in the step (FUSE's notify_inval_entry), and
+// unloads at a later tick, after the FORGETs arrived. Inode numbers are the
+// manifest's, so a step read again has the same ones (docs/architecture.md,
+// "The lazy namespace").
 #include <malloc.h>
 
 #include <utility>
@@ -57,7 +57,8 @@ void FileSystemCore::AdoptSettledStepsLocked() {
 std::optional<size_t> FileSystemCore::UnloadableSizeLocked(const Inode* step) {
   // Anything the kernel still references, anything open, and anything whose
   // in-memory state the manifest does not hold yet keeps the step. A file
-  // linked from elsewhere too would be read back as a second inode. (A
+  // linked from elsewhere too would be read back as a second inode, and a
+  // step inside the step keeps its own record and state in memory. (A
   // backing file's unsynced directory entry, backing_unsynced, matters only
   // to an fsync of an open handle; the commit synced the data directory.)
   if (step->open_handles > 0 || full_views_->Contains(step->rec.ino)) return std::nullopt;
@@ -67,7 +68,8 @@ std::optional<size_t> FileSystemCore::UnloadableSizeLocked(const Inode* step) {
     busy = busy || inode->lookups > 0 || inode->open_handles > 0 || inode->dirty ||
            inode->evicting || inode->backing_id >= 0 || inode->passthrough_opens > 0 ||
            (!inode->is_dir() && inode->rec.nlink != 1) ||
-           (inode->is_dir() && full_views_->Contains(inode->rec.ino));
+           (inode->is_dir() &&
+            (full_views_->Contains(inode->rec.ino) || steps_.find(inode->rec.ino) != steps_.end()));
     count++;
     return !busy;
   });
@@ -121,9 +123,14 @@ Result<size_t> FileSystem::UnloadIdleSteps() {
         unloaded++;
       } else if (!loaded.invalidated) {
         // The kernel forgets what it no longer uses once its entry is
-        // dropped; the FORGETs arrive before the next tick.
+        // dropped; the FORGETs arrive before the next tick. The entries in
+        // the step, not the step's own: a shell whose working directory is
+        // the step keeps a path (getcwd fails on a dropped entry).
         loaded.invalidated = true;
-        ask_kernel.emplace_back(step->rec.parent, step->name);
+        for (const auto& [name, dent] : step->children) {
+          const Inode* child = inodes_.Find(dent.ino);
+          if (child && child->lookups > 0) ask_kernel.emplace_back(step_ino, name);
+        }
         size_t below = 0;
         inodes_.WalkLoadedBelow(step, [&](Inode*, const std::string&) { return ++below, true; });
         expected -= std::min(expected, below);

@@ -311,7 +311,8 @@ TEST_F(UnloadTest, LeastRecentlyUsedIdleStepsGoPastTheBudgetAndComeBackTheSame) 
   // first pass only asks the kernel to drop step1.
   EXPECT_EQ(Unload(fs), 0u);
   ASSERT_EQ(asked_.size(), 1u);
-  EXPECT_EQ(asked_[0], std::make_pair(r.run, std::string("step1")));
+  EXPECT_EQ(asked_[0], std::make_pair(r.steps[0], std::string("f0")))
+      << "the entries the kernel holds in the step, not the step's own";
   EXPECT_EQ(fs.InodeCountForTest(), 6u + 3 * 22u);
   fs.Forget(f1, 1);  // what the kernel does once the entry is dropped
   EXPECT_EQ(Unload(fs), 1u);
@@ -337,18 +338,17 @@ TEST_F(UnloadTest, AStepWithAnOpenFileStaysAndTheNextOneGoes) {
   FileSystem& fs = RestartWithFourSteps(60);
   const CommittedRun& r = run_;
   const uint64_t f1 = LookUp(fs, r.steps[0], "f3");
-  auto open = fs.OpenFile(f1, O_RDONLY);
+  auto open = fs.OpenFile(f1, O_RDONLY);  // the kernel holds f3 while it is open
   ASSERT_TRUE(open.ok());
-  fs.Forget(f1, 1);  // an open file keeps its inode in the kernel anyway
-  LookUp(fs, r.steps[1], "f0");
-  LookUp(fs, r.steps[2], "f0");
-  fs.ForgetEverythingForTest();
+  fs.Forget(LookUp(fs, r.steps[1], "f0"), 1);
+  fs.Forget(LookUp(fs, r.steps[2], "f0"), 1);
 
-  // step1 is asked for first; it is still open at the next pass, so it
-  // counts as used and step2 goes instead.
+  // step1 is asked for first (f3 is all the kernel holds of it); it is
+  // still open at the next pass, so it counts as used and step2 goes.
   EXPECT_EQ(Unload(fs), 0u);
   EXPECT_EQ(Unload(fs), 1u);
-  EXPECT_EQ(asked_.size(), 1u);
+  ASSERT_EQ(asked_.size(), 1u);
+  EXPECT_EQ(asked_[0], std::make_pair(r.steps[0], std::string("f3")));
   EXPECT_EQ(fs.InodeCountForTest(), 6u + 2 * 22u);
   char buf[16] = {};
   auto n = fs.Read(open->fh, buf, sizeof buf, 0);
