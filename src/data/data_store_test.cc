@@ -300,6 +300,24 @@ TEST(PosixDataStoreTest, ReopenedStoreSeesFiles) {
   EXPECT_EQ(Read(MustOpen(store->get(), 12, false).get(), 10, 0), "kept");
 }
 
+TEST(PosixDataStoreTest, OpeningEmptiesTheUnsealStagingDirectoryOnly) {
+  // What a crash in the middle of Unseal leaves: a replacement in unsealing/.
+  // Reopening removes it without touching the backing files beside it.
+  TempDir dir;
+  {
+    Result<std::unique_ptr<DataStore>> store = OpenPosixDataStore(dir.path());
+    ASSERT_TRUE(store.ok());
+    Write(MustOpen(store->get(), 12, true).get(), "kept", 0);
+  }
+  ASSERT_TRUE(std::filesystem::is_directory(dir.path() + "/unsealing"));
+  std::ofstream(dir.path() + "/unsealing/000000000000000c") << "half a copy";
+  Result<std::unique_ptr<DataStore>> store = OpenPosixDataStore(dir.path());
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path() + "/unsealing"));
+  EXPECT_EQ(Read(MustOpen(store->get(), 12, false).get(), 10, 0), "kept");
+  EXPECT_EQ(SortedList(store->get()), (std::vector<uint64_t>{12}));
+}
+
 TEST(PosixDataStoreTest, OpenOnAFileIsAnError) {
   TempDir dir;
   const std::string path = dir.path() + "/file";

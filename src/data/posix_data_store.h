@@ -118,7 +118,9 @@ bool SyncfsReportsErrors();
 // opened before refuses pwrite and ftruncate afterwards.
 RevocationMode ProbeRevocationMode(const std::string& dir);
 
-// Removes replacement files a crash left in dir during Unseal.
+// Removes replacement files a crash left during Unseal (in dir's unsealing/
+// subdirectory, made here if missing). At mount: listing the data directory
+// itself would cost as much as the backing files it holds.
 void RemoveLeftoverReplacements(const std::string& dir);
 
 // Sets or clears FS_IMMUTABLE_FL on the file fd refers to (any access mode).

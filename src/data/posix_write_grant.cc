@@ -20,7 +20,10 @@ namespace {
 
 // A replacement for a sealed backing file is written under this suffix and
 // renamed over it; one left by a crash is removed when the store opens.
-constexpr const char* kUnsealSuffix = ".unsealing";
+// Replacements being written by Unseal live in this subdirectory of the data
+// directory until renamed over the sealed file: a crash's leftovers are then
+// found by listing it, not the data directory's million backing files.
+constexpr const char* kUnsealDir = "unsealing";
 
 class Fd {
  public:
@@ -138,14 +141,13 @@ RevocationMode ProbeRevocationMode(const std::string& dir) {
 }
 
 void RemoveLeftoverReplacements(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
+  const std::string staging = dir + "/" + kUnsealDir;
+  if (::mkdir(staging.c_str(), 0700) == 0 || errno != EEXIST) return;  // made now: empty
+  DIR* d = ::opendir(staging.c_str());
   if (!d) return;
-  const size_t suffix = std::strlen(kUnsealSuffix);
   while (const dirent* e = ::readdir(d)) {
-    const size_t len = std::strlen(e->d_name);
-    if (len > suffix && std::strcmp(e->d_name + len - suffix, kUnsealSuffix) == 0) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
       (void)::unlinkat(::dirfd(d), e->d_name, 0);
-    }
   }
   ::closedir(d);
 }
@@ -197,7 +199,7 @@ Status PosixDataStore::Unseal(uint64_t ino, bool keep_contents) {
   // Clearing the flag would hand write access back to every descriptor a
   // writer kept; a new inode under the same name leaves those pointing at
   // a file nothing reads.
-  const std::string fresh_path = path + kUnsealSuffix;
+  const std::string fresh_path = dir_ + "/" + kUnsealDir + path.substr(path.rfind('/'));
   Fd fresh(OpenRetrying(fresh_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600));
   if (fresh.get() < 0) return Status::FromErrno("create " + fresh_path);
   Status st = keep_contents ? CopyAll(old.get(), fresh.get()) : Status::Ok();

@@ -59,6 +59,7 @@ class ManifestBatch {
   std::vector<Op> ops_;
 };
 
+// Every method is safe to call from several threads at once.
 class ManifestStore {
  public:
   virtual ~ManifestStore() = default;

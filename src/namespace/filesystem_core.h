@@ -120,6 +120,8 @@ class FileSystemCore {
   // Reads ino's record, xattrs and checksum into the table; nullptr when the
   // manifest has no such inode.
   Result<Inode*> ReadInodeLocked(uint64_t ino) REQUIRES(mu_);
+  // The same from a record already read: its xattrs and checksum read.
+  Result<Inode*> AddInodeLocked(InodeRecord rec) REQUIRES(mu_);
   // The same for many (those the manifest lacks are skipped).
   Status ReadInodesLocked(std::vector<uint64_t> inos) REQUIRES(mu_);
   // The records of inos (sorted, unique; those the manifest has), with one

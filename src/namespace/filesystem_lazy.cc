@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/parallel_for.h"
 #include "manifest/schema.h"
 #include "namespace/filesystem.h"
 
@@ -19,6 +20,9 @@ namespace {
 // Inode numbers are reserved this many at a time: one synced manifest write
 // per 65,536 creates, and a mount skips at most that many numbers.
 constexpr uint64_t kInoReserveBlock = 65536;
+
+// Manifest lookups made at once when many inodes spread wide are read.
+constexpr size_t kParallelLookups = 8;
 
 Result<bool> KeySpaceEmpty(ManifestStore& manifest, KeySpace space) {
   bool empty = true;
@@ -128,13 +132,20 @@ Result<std::map<uint64_t, InodeRecord>> FileSystemCore::ReadRecordsLocked(
   std::map<uint64_t, InodeRecord> out;
   if (inos.empty()) return out;
   if (!Dense(inos)) {
-    for (uint64_t ino : inos) {
-      auto value = manifest_->Get(KeySpace::kInodes, InoKey(ino));
+    // One lookup each (the run's step directories at mount, a thousand
+    // numbers a thousand apart), several at once from 64 on: on a cold
+    // disk each reads a block of its own, and their reads then overlap
+    // instead of waiting one after another.
+    std::vector<std::optional<Result<std::optional<std::string>>>> got(inos.size());
+    ParallelFor(inos.size(), inos.size() < 64 ? 1 : kParallelLookups,
+                [&](size_t i) { got[i] = manifest_->Get(KeySpace::kInodes, InoKey(inos[i])); });
+    for (size_t i = 0; i < inos.size(); i++) {
+      const Result<std::optional<std::string>>& value = *got[i];
       if (!value.ok()) return value.status();
       if (!value->has_value()) continue;
       auto rec = DecodeInode(**value);
       if (!rec.ok()) return rec.status();
-      out.emplace(ino, std::move(rec).value());
+      out.emplace(inos[i], std::move(rec).value());
     }
     return out;
   }
@@ -162,16 +173,16 @@ Status FileSystemCore::ReadInodesLocked(std::vector<uint64_t> inos) {
   std::sort(inos.begin(), inos.end());
   inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
   if (inos.empty()) return Status::Ok();
+  auto records = ReadRecordsLocked(inos);
+  if (!records.ok()) return records.status();
   if (!Dense(inos)) {
-    for (uint64_t ino : inos) {
-      auto read = ReadInodeLocked(ino);
+    for (auto& [ino, rec] : *records) {
+      auto read = AddInodeLocked(std::move(rec));
       if (!read.ok()) return read.status();
     }
     return Status::Ok();
   }
-  // Three range scans: records, xattrs, checksums.
-  auto records = ReadRecordsLocked(inos);
-  if (!records.ok()) return records.status();
+  // Then two more range scans: xattrs, checksums.
   std::map<uint64_t, Inode> read;
   for (auto& [ino, rec] : *records) read[ino].rec = std::move(rec);
   const std::string begin = InoKey(inos.front()), end = InoKey(inos.back() + 1);
@@ -212,8 +223,13 @@ Result<Inode*> FileSystemCore::ReadInodeLocked(uint64_t ino) {
   if (!value->has_value()) return static_cast<Inode*>(nullptr);
   auto rec = DecodeInode(**value);
   if (!rec.ok()) return rec.status();
+  return AddInodeLocked(std::move(rec).value());
+}
+
+Result<Inode*> FileSystemCore::AddInodeLocked(InodeRecord rec) {
+  const uint64_t ino = rec.ino;
   Inode inode;
-  inode.rec = std::move(rec).value();
+  inode.rec = std::move(rec);
   Status decode_error;
   std::vector<std::pair<std::string, std::string>> xattrs;
   CKPTFS_RETURN_IF_ERROR(manifest_->Scan(KeySpace::kXattrs, XattrPrefix(ino),

@@ -65,6 +65,7 @@ std::optional<size_t> FileSystemCore::UnloadableSizeLocked(const Inode* step) {
   size_t count = 0;
   bool busy = false;
   inodes_.WalkLoadedBelow(step, [&](Inode* inode, const std::string&) {
+    mu_.AssertHeld();  // the walk runs on this thread, under the lock
     busy = busy || inode->lookups > 0 || inode->open_handles > 0 || inode->dirty ||
            inode->evicting || inode->backing_id >= 0 || inode->passthrough_opens > 0 ||
            (!inode->is_dir() && inode->rec.nlink != 1) ||
