@@ -234,7 +234,8 @@ Status FileSystem::Flush(FileHandle* fh) {
     }
     if (fh->writable && !fh->flushed) {
       fh->flushed = true;
-      start_writeback = fh->file != nullptr && inode->rec.size <= kEarlyWritebackMaxBytes;
+      start_writeback = fh->file != nullptr && inode->rec.size >= kEarlyWritebackMinBytes &&
+                        inode->rec.size <= kEarlyWritebackMaxBytes;
       if (inode->unflushed_writers > 0) inode->unflushed_writers--;
       if (IsMarkerName(inode->name)) RecordClosedMarkerLocked(fh->pid, inode, txn.batch());
     }

@@ -89,11 +89,14 @@ TEST(FileSystemTest, WriteReadTruncateAndSizePersistence) {
   EXPECT_EQ(ReadFile(env.fs(), c->first.ino), std::string(10, 'a'));
 }
 
-TEST(FileSystemTest, ClosingAWriterStartsTheWritebackOfSmallFilesOnly) {
+TEST(FileSystemTest, ClosingAWriterStartsTheWritebackOfMidSizedFilesOnly) {
   FsEnv env;
   auto& fs = env.fs();
   const uint64_t step = Mkdir(fs, Mkdir(fs, kRootIno, "run"), "step1");
-  const uint64_t small = WriteFile(fs, step, "small", std::string(64 << 10, 's'));
+  const uint64_t tiny =
+      WriteFile(fs, step, "tiny", std::string(FileSystem::kEarlyWritebackMinBytes - 1, 't'));
+  const uint64_t small =
+      WriteFile(fs, step, "small", std::string(FileSystem::kEarlyWritebackMinBytes, 's'));
   const uint64_t at_limit =
       WriteFile(fs, step, "at_limit", std::string(FileSystem::kEarlyWritebackMaxBytes, 'l'));
   const uint64_t large =
@@ -104,10 +107,12 @@ TEST(FileSystemTest, ClosingAWriterStartsTheWritebackOfSmallFilesOnly) {
   ASSERT_TRUE(fs.Flush(o->fh).ok());
   ASSERT_TRUE(fs.Release(o->fh).ok());
   EXPECT_EQ(env.writeback_started, (std::vector<uint64_t>{small, at_limit}));
-  // The large file is still made durable by the commit's sync.
+  // The tiny and the large file are still made durable by the commit's sync.
   fs.RequestCommit(step);
   env.DrainCommits();
   env.CrashAndRestart();
+  ASSERT_TRUE(env.fs().Lookup(step, "tiny").ok());
+  EXPECT_EQ(ReadFile(env.fs(), tiny), std::string(FileSystem::kEarlyWritebackMinBytes - 1, 't'));
   ASSERT_TRUE(env.fs().Lookup(step, "large").ok());  // a new mount: the kernel looks it up first
   auto attr = env.fs().GetAttr(large);
   ASSERT_TRUE(attr.ok()) << attr.status().ToString();
