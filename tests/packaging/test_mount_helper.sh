@@ -161,8 +161,11 @@ cleanup() {
 trap cleanup EXIT
 mounted() { grep -qs "^$1 $2 fuse.ckptfs " /proc/self/mounts; }
 daemon_pid() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$1/.ckptfs/status.json"; }
-wait_gone() {  # the daemon exits after umount
-  for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+wait_gone() {  # the daemon exits after umount (a zombie its reaper has not collected yet counts)
+  for _ in $(seq 100); do
+    case $(awk '/^State:/ { print $2 }' "/proc/$1/status" 2>/dev/null) in '' | Z) return 0 ;; esac
+    sleep 0.1
+  done
   return 1
 }
 commit_step() {  # a directory renamed into a step name is committed
@@ -214,7 +217,10 @@ for opt in ro nosuid suid nodev dev noexec exec sync async dirsync atime noatime
   else
     fail "-o $opt: not mounted or not serving"
   fi
+  # The next mount takes the cache's lock: wait for this daemon to let go.
+  pid=$(daemon_pid "$work/mnt" 2>/dev/null)
   grep -qs " $work/mnt fuse.ckptfs " /proc/self/mounts && { umount "$work/mnt" || fusermount3 -u -z "$work/mnt"; }
+  [ -z "$pid" ] || wait_gone "$pid" || fail "-o $opt: daemon $pid still running after umount"
 done
 
 # A bad option: mount fails with the helper's message, nothing is mounted.
