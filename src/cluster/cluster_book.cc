@@ -646,12 +646,25 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     if (removing.count(step)) continue;
     auto found = views.find(step);
     const ClusterPort::StepView* view = found == views.end() ? nullptr : &found->second;
+    // The step record this refresh would apply, read before the loop (or
+    // now): whether a tombstone removed it is judged on this same copy, so a
+    // save of the name committed meanwhile is never applied with the
+    // removed save's record.
+    std::optional<Result<std::string>> body;
+    auto take_body = [&]() -> Result<std::string>& {
+      if (!body) {
+        auto fetched = records.find(step);
+        body.emplace(fetched != records.end() ? std::move(fetched->second) : GetStepRecord(step));
+      }
+      return *body;
+    };
     if (seen.removed) {
       // A tombstone removes the record it names; a commit of the same name
       // made after it (another proposal) is a new step.
       const std::string removed_proposal =
           seen.committed ? ProposalIn(StepIndexKey(step, 'r')) : "";
-      bool removed = !seen.committed || removed_proposal == ProposalIn(StepIndexKey(step, 'c'));
+      if (seen.committed && !take_body().ok()) continue;  // the next refresh reads it again
+      bool removed = !seen.committed || removed_proposal == ProposalOf(*take_body());
       if (removed) {
         if (view && view->committed && port_->RemoveClusterStep(step).ok()) {
           removed_here = true;
@@ -673,11 +686,9 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     if (!seen.committed) continue;
     bool committed = view && view->committed;
     if (!committed) {
-      auto fetched = records.find(step);
-      Result<std::string> body =
-          fetched != records.end() ? std::move(fetched->second) : GetStepRecord(step);
-      if (!body.ok()) continue;
-      auto record = DecodeClusterStepRecord(*body);
+      const Result<std::string>& fetched = take_body();
+      if (!fetched.ok()) continue;
+      auto record = DecodeClusterStepRecord(*fetched);
       if (!record.ok() || record->step_path != step) {
         ReportMalformedIndexEntry(step, "step record", record.status());
         continue;
@@ -958,7 +969,11 @@ std::string ClusterBook::ProposalIn(const std::string& key) {
   counters_.index_gets++;
   auto body = store_->GetRange(key, 0, UINT64_MAX);
   if (!body.ok()) return "";
-  auto doc = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  return ProposalOf(*body);
+}
+
+std::string ClusterBook::ProposalOf(const std::string& body) {
+  auto doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || !doc.contains("proposal") || !doc["proposal"].is_string()) return "";
   return doc["proposal"].get<std::string>();
 }

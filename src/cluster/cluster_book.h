@@ -193,6 +193,8 @@ class ClusterBook : public ClusterHooks {
                       const std::string& tag) EXCLUDES(mu_);
   // The proposal a step index entry's body names ("" when unreadable).
   std::string ProposalIn(const std::string& key);
+  // The "proposal" of an index entry's or decision's body ("" if none).
+  static std::string ProposalOf(const std::string& body);
   // Whether the step's tombstone (~r) names proposal: that decision is a
   // removed step's, not yet deleted by its removal. One GET.
   bool Tombstoned(const std::string& step_path, const std::string& proposal);
