@@ -26,6 +26,7 @@
 #include "formats/formats_test_util.h"
 #include "namespace/fs_test_env.h"
 #include "remote/memory_object_store.h"
+#include "tiering/remote_tier_test_util.h"
 
 namespace ckptfs::testing {
 namespace {
@@ -1100,6 +1101,60 @@ TEST(ClusterCommitTest, ANodeThatMissedARemovalAndTheSaveAgainShowsTheNewSave) {
   auto y = c.fs().Lookup(now->ino, "y");
   ASSERT_TRUE(y.ok()) << y.status().ToString();
   EXPECT_EQ(y->attr.st_size, 4);
+}
+
+// A refresh reads ahead the step records it may apply, then judges
+// tombstones. A save of the name committed between that read and the
+// judgement must not be applied with the removed save's record: CI once saw
+// a node commit its new save with the old save's files, its own dropped as
+// late.
+TEST(ClusterCommitTest, ARefreshJudgesATombstoneOnTheCopyOfTheRecordItApplies) {
+  MemoryObjectStore memory;
+  SharedStore bucket(&memory, /*conditional_writes=*/true);
+  Node a("a", &bucket);
+  Node b("b", &bucket);
+  ManualClock book_clock;  // c refreshes only when the test says
+  Node c("c", &bucket, 0, true, nullptr, 100'000'000, &book_clock, 0,
+         /*refresh_ns=*/3600'000'000'000LL);
+  const uint64_t old_step = a.Step("step6");
+  WriteFile(a.fs(), old_step, "x", "OLD");
+  a.Commit(old_step);
+  ASSERT_EQ(a.State(old_step), "committed");
+  auto run_c = c.fs().Lookup(kRootIno, "run");
+  ASSERT_TRUE(run_c.ok()) << run_c.status().ToString();
+  auto held = c.fs().Lookup(run_c->ino, "step6");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(c.State(held->ino), "committed");
+  // A removal under way: the tombstone names the old save, whose index
+  // entry is not deleted yet.
+  const std::string index_key = StepIndexKey("run/step6", 'c');
+  auto old_body = memory.GetRange(index_key, 0, UINT64_MAX);
+  ASSERT_TRUE(old_body.ok()) << old_body.status().ToString();
+  auto old_record = DecodeClusterStepRecord(*old_body);
+  ASSERT_TRUE(old_record.ok()) << old_record.status().ToString();
+  ASSERT_TRUE(memory
+                  .Put(StepIndexKey("run/step6", 'r'), R"({"format":"ckptfs-index","proposal":")" +
+                                                           old_record->proposal +
+                                                           R"(","state":"removed"})"
+                                                           "\n")
+                  .ok());
+  // The name is saved again (another proposal) right after c's refresh has
+  // read the old record.
+  ClusterStepRecord again = *old_record;
+  again.proposal = "b~00000000000000ff";
+  bucket.AfterNextGetOf(
+      index_key, [&] { ASSERT_TRUE(memory.Put(index_key, EncodeClusterStepRecord(again)).ok()); });
+  book_clock.Advance(3601'000'000'000LL);
+  ASSERT_TRUE(c.fs().Lookup(kRootIno, "run").ok());
+  c.Background();
+  // The copy c read names the removed save: c removes its step. The new
+  // save is for a later refresh; the old one never comes back as it.
+  auto now = c.fs().Lookup(run_c->ino, "step6");
+  if (now.ok()) {
+    EXPECT_EQ(c.fs().Lookup(now->ino, "x").status().err(), ENOENT)
+        << "the removed save's record was applied as the new save\n"
+        << c.env().events.Render();
+  }
 }
 
 // A node deletes its own uploads of a removed step from its own queue, on its own

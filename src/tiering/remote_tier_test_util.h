@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -20,10 +21,12 @@ namespace ckptfs::testing {
 inline constexpr uint64_t kMiB = 1 << 20;
 
 // Lets the test keep the store across tier restarts; Puts of chosen keys
-// fail (EIO) until allowed again.
+// fail (EIO) until allowed again. Conditional writes are the base class's
+// (none) unless asked for: then they are the wrapped store's.
 class SharedStore final : public ObjectStore {
  public:
-  explicit SharedStore(ObjectStore* s) : s_(s) {}
+  explicit SharedStore(ObjectStore* s, bool conditional_writes = false)
+      : s_(s), conditional_writes_(conditional_writes) {}
   void FailPutsOf(const std::string& key, bool fail) {
     std::lock_guard<std::mutex> lock(mu_);
     if (fail) {
@@ -39,6 +42,9 @@ class SharedStore final : public ObjectStore {
     }
     return s_->Put(k, d);
   }
+  Status PutIfAbsent(const std::string& k, const std::string& d) override {
+    return conditional_writes_ ? s_->PutIfAbsent(k, d) : ObjectStore::PutIfAbsent(k, d);
+  }
   Result<std::string> BeginMultipart(const std::string& k) override { return s_->BeginMultipart(k); }
   Result<std::string> UploadPart(const std::string& k, const std::string& id, int n,
                                  const std::string& d) override {
@@ -52,8 +58,22 @@ class SharedStore final : public ObjectStore {
     return s_->AbortMultipart(k, id);
   }
   uint64_t min_part_size() const override { return s_->min_part_size(); }
+  // Runs fn once, right after the next GetRange of key has read it: another
+  // node's write landing between two of this node's reads.
+  void AfterNextGetOf(const std::string& key, std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    after_get_key_ = key;
+    after_get_ = std::move(fn);
+  }
   Result<std::string> GetRange(const std::string& k, uint64_t o, uint64_t n) override {
-    return s_->GetRange(k, o, n);
+    auto got = s_->GetRange(k, o, n);
+    std::function<void()> then;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (after_get_ && k == after_get_key_) std::swap(then, after_get_);
+    }
+    if (then) then();
+    return got;
   }
   Result<ObjectInfo> Head(const std::string& k) override { return s_->Head(k); }
   Result<std::vector<ObjectInfo>> List(const std::string& p) override { return s_->List(p); }
@@ -63,8 +83,11 @@ class SharedStore final : public ObjectStore {
 
  private:
   ObjectStore* s_;
+  const bool conditional_writes_;
   std::mutex mu_;
-  std::set<std::string> failing_;  // GUARDED_BY(mu_)
+  std::set<std::string> failing_;    // GUARDED_BY(mu_)
+  std::string after_get_key_;        // GUARDED_BY(mu_)
+  std::function<void()> after_get_;  // GUARDED_BY(mu_)
 };
 
 inline FileSystemOptions RemoteOptions() {
