@@ -651,10 +651,12 @@ void ClusterBook::RefreshNow(uint64_t seen) {
     // save of the name committed meanwhile is never applied with the
     // removed save's record.
     std::optional<Result<std::string>> body;
+    const std::string& step_path = step;  // C++17 lambdas cannot capture a structured binding
     auto take_body = [&]() -> Result<std::string>& {
       if (!body) {
-        auto fetched = records.find(step);
-        body.emplace(fetched != records.end() ? std::move(fetched->second) : GetStepRecord(step));
+        auto fetched = records.find(step_path);
+        body.emplace(fetched != records.end() ? std::move(fetched->second)
+                                              : GetStepRecord(step_path));
       }
       return *body;
     };
