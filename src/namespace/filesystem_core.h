@@ -124,6 +124,9 @@ class FileSystemCore {
   Result<Inode*> AddInodeLocked(InodeRecord rec) REQUIRES(mu_);
   // The same for many (those the manifest lacks are skipped).
   Status ReadInodesLocked(std::vector<uint64_t> inos) REQUIRES(mu_);
+  // A remote mount reloading step_ino: the object records of its files
+  // (read back as they were when it unloaded).
+  Status LoadObjectsLocked(uint64_t step_ino, const std::vector<Inode*>& files) REQUIRES(mu_);
   // The records of inos (sorted, unique; those the manifest has), with one
   // range scan where the numbers are close together.
   Result<std::map<uint64_t, InodeRecord>> ReadRecordsLocked(const std::vector<uint64_t>& inos)
@@ -168,6 +171,10 @@ class FileSystemCore {
   std::optional<size_t> UnloadableSizeLocked(const Inode* step) REQUIRES(mu_);
   // Drops step's subtree from memory; it loads again on next use.
   void UnloadStepLocked(Inode* step) REQUIRES(mu_);
+  // A remote mount's step about to unload: the tier forgets its files
+  // (partly fetched ones are added to *drop, their data to be removed).
+  // False when a file's fetch is completing: the step stays this time.
+  bool ReleaseTierStateLocked(const Inode* step, std::vector<uint64_t>* drop) REQUIRES(mu_);
   // Before Allocate hands out a number above the reservation: reserves the
   // next block durably (kInoReservedKey).
   Status ReserveInoLocked() REQUIRES(mu_);
@@ -443,6 +450,11 @@ class FileSystemCore {
   // shares with the remote tier, lock already held.
   Holdings HoldingsLocked() REQUIRES(mu_);
   std::vector<TierPort::EvictionCandidate> EvictionCandidatesLocked() REQUIRES(mu_);
+  // The files of inos that may be evicted now marked not resident (one
+  // synced batch), the tier told, and each marked evicting; the caller
+  // removes their data and clears evicting. strict: EBUSY if any may not.
+  Result<std::vector<uint64_t>> BeginEvictionLocked(const std::vector<uint64_t>& inos, bool strict)
+      REQUIRES(mu_);
   uint64_t ResidentBytesLocked() REQUIRES(mu_);
   // Bytes of the committed steps a lazy mount has not loaded (their records').
   uint64_t UnloadedStepBytesLocked() REQUIRES(mu_);
@@ -511,6 +523,15 @@ class FileSystemCore {
   std::unordered_map<uint64_t, LoadedStep> loaded_steps_ GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> steps_by_use_ GUARDED_BY(mu_);  // use -> step ino
   uint64_t use_seq_ GUARDED_BY(mu_) = 0;
+  // A remote mount's unloaded steps: what each still holds in the cache and
+  // when it was last read, recorded as it unloads, so the cache limit counts
+  // it and eviction finds it without loading it (the step is evicted whole,
+  // loaded for that). Absent for a step with nothing resident.
+  struct UnloadedCachedStep {
+    uint64_t resident_bytes = 0;
+    int64_t last_access_ns = 0;
+  };
+  std::unordered_map<uint64_t, UnloadedCachedStep> unloaded_cached_ GUARDED_BY(mu_);
 
   FsMetrics metrics_;
   std::unique_ptr<FullViewCache> full_views_;

@@ -325,6 +325,18 @@ Status FileSystemCore::LoadSubtreeLocked(Inode* step_dir) {
         {{"event", "error"}, {"path", inodes_.PathOf(step_dir->rec.ino)}, {"error", why}});
     return Status::Error(EIO, why);
   }
+  if (options_.remote) {
+    // Only a remote mount unloads steps (it loads everything at mount):
+    // what the tier knows of the files is read back with them.
+    Status objects = LoadObjectsLocked(step_dir->rec.ino, files);
+    if (!objects.ok()) {
+      events_->Append(
+          {{"event", "error"},
+           {"path", inodes_.PathOf(step_dir->rec.ino)},
+           {"error", "cannot read the remote objects of the step: " + objects.message()}});
+      return Status::Error(EIO, objects.message());
+    }
+  }
   metrics_.lazy_step_loads++;
   NoteStepUsedLocked(step_dir->rec.ino);
   if (unchecked_steps_.erase(step_dir->rec.ino) == 0) return Status::Ok();
@@ -335,6 +347,57 @@ Status FileSystemCore::LoadSubtreeLocked(Inode* step_dir) {
   Transaction txn = BeginLocked();
   CheckCommittedSizesLocked(step_dir->rec.ino, std::move(sealed), txn.batch());
   return txn.Write();
+}
+
+Status FileSystemCore::LoadObjectsLocked(uint64_t step_ino, const std::vector<Inode*>& files) {
+  std::map<uint64_t, Inode*> by_ino;
+  for (Inode* f : files) by_ino.emplace(f->rec.ino, f);
+  // The access time the step had as it unloaded: eviction's order holds.
+  int64_t last_access_ns = 0;
+  if (auto it = unloaded_cached_.find(step_ino); it != unloaded_cached_.end()) {
+    last_access_ns = it->second.last_access_ns;
+    unloaded_cached_.erase(it);
+  }
+  if (by_ino.empty()) return Status::Ok();
+  std::map<uint64_t, ObjectRecord> objects;
+  Status decode_error;
+  auto take = [&](uint64_t ino, std::string_view v) {
+    auto rec = DecodeObject(v);
+    if (!rec.ok()) {
+      decode_error = rec.status();
+      return false;
+    }
+    objects.emplace(ino, std::move(rec).value());
+    return true;
+  };
+  std::vector<uint64_t> inos;
+  for (const auto& [ino, f] : by_ino) inos.push_back(ino);
+  if (Dense(inos)) {
+    CKPTFS_RETURN_IF_ERROR(manifest_->ScanRange(KeySpace::kObjects, InoKey(inos.front()),
+                                                InoKey(inos.back() + 1),
+                                                [&](std::string_view k, std::string_view v) {
+                                                  auto ino = DecodeInoKey(k);
+                                                  if (!ino.ok()) {
+                                                    decode_error = ino.status();
+                                                    return false;
+                                                  }
+                                                  return by_ino.count(*ino) == 0 || take(*ino, v);
+                                                }));
+  } else {
+    for (uint64_t ino : inos) {
+      auto value = manifest_->Get(KeySpace::kObjects, InoKey(ino));
+      if (!value.ok()) return value.status();
+      if (value->has_value() && !take(ino, **value)) break;
+    }
+  }
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  for (auto& [ino, rec] : objects) {
+    Inode* f = by_ino.at(ino);
+    ledger_.SetObjectOwner(rec.key, ino);
+    f->object = std::move(rec);
+  }
+  for (Inode* f : files) f->last_access_ns = last_access_ns;
+  return Status::Ok();
 }
 
 void FileSystemCore::CheckCommittedSizesLocked(uint64_t step_ino, std::vector<CommittedSize> files,

@@ -602,8 +602,17 @@ std::vector<TierPort::EvictionCandidate> FileSystemCore::EvictionCandidatesLocke
   std::vector<TierPort::EvictionCandidate> out;
   for (const auto& [ino, rec] : steps_) {
     if (rec.state != StepState::kCommitted || !rec.persisted) continue;
+    Inode* dir = inodes_.Find(ino);
+    if (dir && dir->entries_unloaded) {
+      // Unloaded (a remote mount's idle step): one candidate for the whole
+      // step, as it was last read; evicting it loads it.
+      auto cached = unloaded_cached_.find(ino);
+      if (cached != unloaded_cached_.end())
+        out.push_back({ino, cached->second.last_access_ns, cached->second.resident_bytes});
+      continue;
+    }
     std::vector<std::pair<std::string, uint64_t>> files;
-    if (Inode* dir = inodes_.Find(ino)) CollectFilesLocked(dir, &files);
+    if (dir) CollectFilesLocked(dir, &files);
     for (const auto& [rel, file_ino] : files) {
       Inode* f = inodes_.Find(file_ino);
       if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) continue;
@@ -619,32 +628,73 @@ std::vector<TierPort::EvictionCandidate> FileSystemCore::EvictionCandidatesLocke
 }
 
 Status FileSystem::Evict(uint64_t ino) {
+  std::vector<uint64_t> evicting;
   {
     MutexLock lock(&mu_);
+    Inode* inode = inodes_.Find(ino);
+    if (!inode) return Status::Error(EBUSY, "no longer evictable");
+    std::vector<uint64_t> files{ino};
+    const bool whole_step = inode->is_dir();
+    if (whole_step) {
+      // An unloaded step's candidate (EvictionCandidatesLocked): loaded to
+      // evict what of it may go.
+      std::vector<std::pair<std::string, uint64_t>> below;
+      CollectFilesLocked(inode, &below);
+      files.clear();
+      for (const auto& [rel, file_ino] : below) files.push_back(file_ino);
+    }
+    auto begun = BeginEvictionLocked(files, /*strict=*/!whole_step);
+    if (!begun.ok()) return begun.status();
+    evicting = std::move(begun).value();
+  }
+  Status st;
+  for (uint64_t file_ino : evicting) {
+    Status removed = data_->Remove(file_ino);
+    if (st.ok()) st = removed;
+  }
+  MutexLock lock(&mu_);
+  for (uint64_t file_ino : evicting) {
+    if (Inode* f = inodes_.Find(file_ino)) f->evicting = false;
+  }
+  step_cv_.notify_all();
+  return st;
+}
+
+Result<std::vector<uint64_t>> FileSystemCore::BeginEvictionLocked(const std::vector<uint64_t>& inos,
+                                                                  bool strict) {
+  std::vector<uint64_t> out;
+  Transaction txn = BeginLocked();
+  for (uint64_t ino : inos) {
     Inode* f = inodes_.Find(ino);
     if (!f || f->open_handles > 0 || f->evicting || !f->object || f->rec.nlink != 1) {
-      return Status::Error(EBUSY, "no longer evictable");
+      if (strict) return Status::Error(EBUSY, "no longer evictable");
+      continue;
     }
-    const uint64_t step = steps_.StepOf(inodes_, ino);
-    auto it = steps_.find(step);
-    if (it == steps_.end() || !it->second.persisted) return Status::Error(EBUSY, "step not persisted");
-    // The manifest says "not resident" before the data goes (synced): a
-    // crash in between leaves a file that is fetched again, never one whose
-    // missing bytes read as zeros.
-    Transaction txn = BeginLocked();
+    auto it = steps_.find(steps_.StepOf(inodes_, ino));
+    if (it == steps_.end() || !it->second.persisted) {
+      if (strict) return Status::Error(EBUSY, "step not persisted");
+      continue;
+    }
+    // A whole step's files with nothing local are left as they are (a step
+    // that was unloaded holds no partly fetched data).
+    if (!strict && !f->object->resident) continue;
     ObjectRecord rec = *f->object;
     rec.resident = false;
     txn.batch()->Put(KeySpace::kObjects, InoKey(ino), EncodeObject(rec));
-    CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());
-    f->object = rec;
+    out.push_back(ino);
+  }
+  if (out.empty()) return out;
+  // The manifest says "not resident" before the data goes (synced): a
+  // crash in between leaves a file that is fetched again, never one whose
+  // missing bytes read as zeros.
+  CKPTFS_RETURN_IF_ERROR(txn.WriteSynced());
+  for (uint64_t ino : out) {
+    Inode* f = inodes_.Find(ino);
+    f->object->resident = false;
     f->evicting = true;
     if (tier_) tier_->Forget(ino);
   }
-  Status st = data_->Remove(ino);
-  MutexLock lock(&mu_);
-  if (Inode* f = inodes_.Find(ino)) f->evicting = false;
-  step_cv_.notify_all();
-  return st;
+  return out;
 }
 
 Status FileSystem::MarkResident(uint64_t ino, BackingFile* file) {
@@ -683,8 +733,14 @@ uint64_t FileSystemCore::ResidentBytesLocked() {
 }
 
 uint64_t FileSystemCore::UnloadedStepBytesLocked() {
-  // Only a mount without a remote leaves steps unloaded, so all their bytes
-  // are resident; a committed step's record counts them.
+  // Without a remote every byte of a committed step is resident, and its
+  // record counts them. A remote mount's unloaded step counts what it held
+  // as it unloaded (whatever eviction took before is not local).
+  if (options_.remote) {
+    uint64_t total = 0;
+    for (const auto& [step_ino, cached] : unloaded_cached_) total += cached.resident_bytes;
+    return total;
+  }
   uint64_t total = 0;
   for (const auto& [step_ino, rec] : steps_) {
     const Inode* dir = inodes_.Find(step_ino);
@@ -1032,8 +1088,16 @@ Status FileSystem::MakeLocalForWriteLocked(MutexLock& lock, uint64_t ino) NO_THR
 
 FileSystem::UploadProgress FileSystemCore::ProgressLocked(uint64_t step_ino) {
   UploadProgress p;
+  Inode* dir = inodes_.Find(step_ino);
+  auto rec = steps_.find(step_ino);
+  if (dir && dir->entries_unloaded && rec != steps_.end()) {
+    // Only persisted steps unload: all of it is up, as its record counts.
+    p.files_total = p.files_done = rec->second.files;
+    p.bytes_total = p.bytes_done = rec->second.bytes;
+    return p;
+  }
   std::vector<std::pair<std::string, uint64_t>> files;
-  if (Inode* dir = inodes_.Find(step_ino)) CollectFilesLocked(dir, &files);
+  if (dir) CollectFilesLocked(dir, &files);
   const std::string base = inodes_.PathOf(step_ino);
   for (const auto& [rel, ino] : files) {
     Inode* f = inodes_.Find(ino);

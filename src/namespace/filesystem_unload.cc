@@ -10,6 +10,7 @@
 // "The lazy namespace").
 #include <malloc.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -62,13 +63,17 @@ std::optional<size_t> FileSystemCore::UnloadableSizeLocked(const Inode* step) {
   // backing file's unsynced directory entry, backing_unsynced, matters only
   // to an fsync of an open handle; the commit synced the data directory.)
   if (step->open_handles > 0 || full_views_->Contains(step->rec.ino)) return std::nullopt;
+  // A remote mount's step goes once it is all in the bucket: nothing of it
+  // is queued for upload, and eviction may drop its data.
+  auto rec = steps_.find(step->rec.ino);
+  if (options_.remote && (rec == steps_.end() || !rec->second.persisted)) return std::nullopt;
   size_t count = 0;
   bool busy = false;
   inodes_.WalkLoadedBelow(step, [&](Inode* inode, const std::string&) {
     mu_.AssertHeld();  // the walk runs on this thread, under the lock
     busy = busy || inode->lookups > 0 || inode->open_handles > 0 || inode->dirty ||
            inode->evicting || inode->backing_id >= 0 || inode->passthrough_opens > 0 ||
-           (!inode->is_dir() && inode->rec.nlink != 1) ||
+           ledger_.IsQueued(inode->rec.ino) || (!inode->is_dir() && inode->rec.nlink != 1) ||
            (inode->is_dir() &&
             (full_views_->Contains(inode->rec.ino) || steps_.find(inode->rec.ino) != steps_.end()));
     count++;
@@ -78,12 +83,34 @@ std::optional<size_t> FileSystemCore::UnloadableSizeLocked(const Inode* step) {
   return count;
 }
 
+bool FileSystemCore::ReleaseTierStateLocked(const Inode* step, std::vector<uint64_t>* drop) {
+  if (!tier_) return true;
+  bool released = true;
+  inodes_.WalkLoadedBelow(step, [&](Inode* inode, const std::string&) {
+    mu_.AssertHeld();  // the walk runs on this thread, under the lock
+    if (!inode->is_reg() || !inode->object) return true;
+    bool drop_data = false;
+    released = tier_->ReleaseForUnload(inode->rec.ino, &drop_data);
+    if (drop_data) drop->push_back(inode->rec.ino);
+    return released;
+  });
+  return released;
+}
+
 void FileSystemCore::UnloadStepLocked(Inode* step) {
   std::vector<uint64_t> inos;
+  UnloadedCachedStep cached;
   inodes_.WalkLoadedBelow(step, [&](Inode* inode, const std::string&) {
+    mu_.AssertHeld();  // the walk runs on this thread, under the lock
     inos.push_back(inode->rec.ino);
+    if (!inode->is_reg()) return true;
+    // What ResidentBytesLocked counted for it, and the newest read.
+    if (!inode->object || inode->object->resident) cached.resident_bytes += inode->rec.size;
+    cached.last_access_ns = std::max(cached.last_access_ns, inode->last_access_ns);
+    if (inode->object) ledger_.ForgetObject(inode->object->key, inode->rec.ino);
     return true;
   });
+  if (options_.remote && cached.resident_bytes > 0) unloaded_cached_[step->rec.ino] = cached;
   for (uint64_t ino : inos) inodes_.Erase(ino);
   step->children.clear();
   step->by_cookie.clear();
@@ -99,15 +126,14 @@ Result<size_t> FileSystem::UnloadIdleSteps() {
   {
     MutexLock lock(&mu_);
     const size_t budget = options_.max_cached_inodes;
-    // A remote tier's eviction and upload queue reason over every file, so
-    // it keeps them all (as it loads them all at mount).
-    if (options_.remote || inodes_.size() <= budget) return size_t{0};
+    if (inodes_.size() <= budget) return size_t{0};
     AdoptSettledStepsLocked();
     // Down to seven eighths of the budget, so a scan that goes on loading
     // is not trimmed a step at a time.
     const size_t target = budget - budget / 8;
     size_t expected = inodes_.size();
     std::vector<uint64_t> in_use;
+    std::vector<uint64_t> drop_data;
     for (auto it = steps_by_use_.begin(); it != steps_by_use_.end() && expected > target;) {
       const uint64_t step_ino = it->second;
       LoadedStep& loaded = loaded_steps_[step_ino];
@@ -118,7 +144,10 @@ Result<size_t> FileSystem::UnloadIdleSteps() {
         ForgetLoadedStepLocked(step_ino);  // removed, renamed away, deleting or reopened
         continue;
       }
-      if (std::optional<size_t> size = UnloadableSizeLocked(step)) {
+      std::optional<size_t> size = UnloadableSizeLocked(step);
+      if (size && !ReleaseTierStateLocked(step, &drop_data)) {
+        in_use.push_back(step_ino);  // a fetch completing: its turn comes again
+      } else if (size) {
         UnloadStepLocked(step);
         expected -= std::min(expected, *size);
         unloaded++;
@@ -140,6 +169,18 @@ Result<size_t> FileSystem::UnloadIdleSteps() {
       }
     }
     for (uint64_t step_ino : in_use) NoteStepUsedLocked(step_ino);  // tried again last
+    // Partly fetched files forgotten by the tier: their chunks are no
+    // longer known to be valid, so the data goes (under the lock: a reload
+    // and a fetch must not start on the file before it is gone).
+    for (uint64_t ino : drop_data) {
+      Status st = data_->Remove(ino);
+      if (!st.ok()) {
+        events_->Append({{"event", "warning"},
+                         {"kind", "unload"},
+                         {"error", "cannot remove the partly fetched data of inode " +
+                                       std::to_string(ino) + ": " + st.message()}});
+      }
+    }
     invalidate = invalidate_entry_;
   }
   if (invalidate) {

@@ -43,6 +43,13 @@ class TierHooks {
   // fetched of it. Called with FileSystem::mu_ held; takes only the tier's
   // own locks.
   virtual void Forget(uint64_t ino) = 0;
+  // The namespace is unloading ino (its step went back to the manifest):
+  // forget what the tier keeps of it. False, keeping everything, while a
+  // fetch of it has just completed and waits to be marked resident (the
+  // step stays for now). *drop_data is set when only part of the file had
+  // been fetched: that data is forgotten, so the caller removes it. Called
+  // with FileSystem::mu_ held; takes only the tier's own locks.
+  virtual bool ReleaseForUnload(uint64_t ino, bool* drop_data) = 0;
 
   // The tier's part of status.json ("remote", "cache" and "uploads"). Called
   // with FileSystem::mu_ held; takes only the tier's own locks.

@@ -128,6 +128,7 @@ class RemoteTier : public TierHooks {
   Status WaitForCacheSpace(uint64_t n) override;
   bool LimitsCacheSize() const override { return options_.cache_size != 0; }
   void Forget(uint64_t ino) override;
+  bool ReleaseForUnload(uint64_t ino, bool* drop_data) override;
   void AddStatus(nlohmann::json* status) override;
   void AddMetrics(PrometheusWriter* out) override;
 

@@ -424,4 +424,25 @@ void RemoteTier::Forget(uint64_t ino) {
   chunk_cv_.notify_all();
 }
 
+bool RemoteTier::ReleaseForUnload(uint64_t ino, bool* drop_data) {
+  *drop_data = false;
+  {
+    MutexLock lock(&fetch_mu_);
+    auto it = presence_.find(ino);
+    if (it == presence_.end()) return true;
+    // Complete but not yet marked resident: forgetting it now would leave
+    // the control thread marking resident a file whose data was dropped.
+    if (it->second.complete_queued) return false;
+    if (!it->second.complete_reported) {
+      // Part of the file: its bytes count as fetched until now, and the
+      // chunks map that says which are valid goes, so the data goes too.
+      cache_used_ -= std::min<uint64_t>(cache_used_.load(), it->second.present_bytes);
+      *drop_data = true;
+    }
+    presence_.erase(it);
+  }
+  chunk_cv_.notify_all();
+  return true;
+}
+
 }  // namespace ckptfs

@@ -157,3 +157,35 @@ def test_a_mount_past_its_inode_budget_unloads_idle_steps_and_reads_them_back(ma
     for rel, ino in sample.items():
         assert os.stat(m.path(rel)).st_ino == ino, rel
     m.umount()
+
+
+def test_a_remote_mount_unloads_persisted_steps_and_still_counts_their_data(make_ckptfs, tmp_path):
+    # The same run on a file:// remote: once persisted, idle steps leave memory past the
+    # budget as on a local mount, the cache's figures still count their data (local and
+    # evictable), and they read back as written, with the same numbers.
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    m = make_ckptfs("--remote", f"file://{remote}", "--inode-cache", "1000")
+    want = build(m)
+    committed = sum(len(data) for rel, data in want.items()
+                    if not rel.startswith(f"run/{step_name(STEPS + 1)}/"))
+    deadline = time.monotonic() + 120
+    for n in range(1, STEPS + 1):
+        while m.xattr(f"run/{step_name(n)}", "user.ckptfs.persisted") != "true":
+            assert time.monotonic() < deadline, f"{step_name(n)} not persisted"
+            time.sleep(0.1)
+    assert wait_metric_at_most(m, "ckptfs_inodes", 1000) <= 1000
+    assert metric(m, "ckptfs_lazy_step_unloads_total") > 0
+    cache = m.status()["cache"]
+    assert cache["evictable_bytes"] == committed, cache
+    assert cache["local_bytes"] == committed + 3 * len(b"not committed"), cache
+    sample = {rel: os.stat(m.path(rel)).st_ino for rel in list(want)[::89]}
+    assert tree(m) == want
+    assert metric(m, "ckptfs_lazy_step_loads_total") > 0, "the walk read unloaded steps back"
+    assert wait_metric_at_most(m, "ckptfs_inodes", 1000) <= 1000
+    for rel, ino in sample.items():
+        assert os.stat(m.path(rel)).st_ino == ino, rel
+    assert m.latest("run") == step_name(STEPS)
+    m.umount()
+    m.start()
+    assert tree(m) == want
