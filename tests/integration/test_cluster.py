@@ -637,6 +637,48 @@ def test_reads_of_a_gone_nodes_files_come_from_the_remote(cluster):
     assert a.state("run/step40") == "committed"
 
 
+def metric(m, name):
+    for line in read_file(m.path(".ckptfs", "metrics")).decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
+
+
+@pytest.mark.timeout_s(300)
+def test_a_node_past_its_inode_budget_unloads_other_nodes_steps_and_reads_them_back(cluster):
+    # Every node holds every step (issue 29): node b, with room for 1,000 inodes, learns
+    # 24 steps of 50 files that node a wrote. Once persisted they leave b's memory when
+    # nobody uses them, and read back byte for byte from the bucket, removal included.
+    c = cluster(2, "--inode-cache", "1000")
+    a, b = c["a"], c["b"]
+    want = {}
+    for s in range(1, 25):
+        files = {f"r{i:02d}.distcp": payload(100 + s * 50 + i, s * 50 + i) for i in range(50)}
+        os.makedirs(a.path(f"run/step{s}"))
+        for rel, data in files.items():
+            write_file(a.path(f"run/step{s}", rel), data)
+            want[f"run/step{s}/{rel}"] = data
+        r = a.commit(f"run/step{s}")
+        assert r.returncode == 0, r.stderr
+    for s in range(1, 25):
+        wait_persisted_everywhere(c, f"run/step{s}")
+    poll(lambda: (metric(b, "ckptfs_inodes") <= 1000, metric(b, "ckptfs_inodes")), 30,
+         "node b under its inode budget")
+    assert metric(b, "ckptfs_lazy_step_unloads_total") > 0
+    for rel, data in want.items():
+        assert read_file(b.path(rel)) == data, f"{rel} read on node b"
+    assert metric(b, "ckptfs_lazy_step_loads_total") > 0, "b read unloaded steps back"
+    poll(lambda: (metric(b, "ckptfs_inodes") <= 1000, metric(b, "ckptfs_inodes")), 30,
+         "node b under its inode budget after the reads")
+    assert b.status()["cache"]["local_bytes"] == sum(map(len, want.values()))
+    # rm on b of a step it had unloaded: gone everywhere, and from the bucket.
+    shutil.rmtree(b.path("run/step1"))
+    wait_gone_everywhere(c, "run/step1")
+    poll(lambda: (not bucket_keys(c, "run/step1/"), bucket_keys(c, "run/step1/")), PERSIST_S,
+         "no object left under run/step1/")
+    assert read_file(b.path("run/step24/r49.distcp")) == want["run/step24/r49.distcp"]
+
+
 # ----------------------------------------------------------------------------- removal and retention
 
 def bucket_keys(c, prefix):
