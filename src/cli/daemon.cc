@@ -24,6 +24,10 @@ namespace ckptfs {
 
 namespace {
 
+// How long a mount waits for the daemon of the previous mount of its cache
+// to exit and release it.
+constexpr auto kCacheReleaseWait = std::chrono::seconds(5);
+
 // Commits recovery resumed (a trigger that survived a daemon crash) finish
 // before the mount is served, so a trainer resuming at once finds the step
 // committed and `latest` on it. Those waiting for quiet (--commit-settle) are
@@ -61,7 +65,17 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
   for (const std::string& notice : options.notices) {
     d->events_->Append({{"event", "cache_permissions"}, {"cache", options.cache_dir}, {"detail", notice}});
   }
+  // `umount /ckpt && ckptfs mount /ckpt` must work: umount returns once the
+  // kernel lets go, a few milliseconds (longer under load) before the old
+  // daemon has closed the manifest. A cache still held after
+  // kCacheReleaseWait is another daemon's.
+  const auto release_deadline = std::chrono::steady_clock::now() + kCacheReleaseWait;
   auto manifest = OpenRocksDbManifestStore(options.cache_dir + "/manifest");
+  while (!manifest.ok() && manifest.err() == EBUSY &&
+         std::chrono::steady_clock::now() < release_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    manifest = OpenRocksDbManifestStore(options.cache_dir + "/manifest");
+  }
   if (!manifest.ok()) {
     if (manifest.err() == EBUSY) {
       return Status::Error(EBUSY, "cache " + options.cache_dir + " is in use by another ckptfs daemon");

@@ -738,6 +738,28 @@ def test_already_mounted(ckptfs):
     assert n == 1, "stacked a second mount on the mountpoint"
 
 
+def test_umount_then_mount_at_once_reuses_the_cache(ckptfs):
+    # `umount /ckpt && ckptfs mount /ckpt`: umount returns before the old daemon has
+    # released the cache; the new mount waits for it rather than failing.
+    write_file(ckptfs.path("f"), b"kept")
+    for _ in range(5):
+        subprocess.run(["fusermount3", "-u", ckptfs.mnt], check=True, timeout=30)
+        ckptfs.start()
+        assert read_file(ckptfs.path("f")) == b"kept"
+
+
+def test_a_cache_another_daemon_serves_is_refused(ckptfs):
+    other = os.path.join(ckptfs.base, "mnt2")
+    os.mkdir(other)
+    t0 = time.monotonic()
+    r = run_cli("mount", other, "--cache", ckptfs.cache, timeout=60)
+    assert r.returncode != 0
+    assert "is in use by another ckptfs daemon" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 30
+    assert not mounted_in_proc(other)
+    assert read_file(ckptfs.path(".ckptfs", "status.json"))
+
+
 def test_status_command(ckptfs):
     written = make_step(ckptfs, "run1/step100")
     commit_ok(ckptfs, "run1/step100")
