@@ -63,10 +63,8 @@ std::optional<size_t> FileSystemCore::UnloadableSizeLocked(const Inode* step) {
   // backing file's unsynced directory entry, backing_unsynced, matters only
   // to an fsync of an open handle; the commit synced the data directory.)
   if (step->open_handles > 0 || full_views_->Contains(step->rec.ino)) return std::nullopt;
-  // A remote mount's step goes once it is all in the bucket: nothing of it
-  // is queued for upload, and eviction may drop its data.
-  auto rec = steps_.find(step->rec.ino);
-  if (options_.remote && (rec == steps_.end() || !rec->second.persisted)) return std::nullopt;
+  // A remote mount's step goes once it is all in the bucket (the caller
+  // checks it is persisted): nothing of it is queued for upload.
   size_t count = 0;
   bool busy = false;
   inodes_.WalkLoadedBelow(step, [&](Inode* inode, const std::string&) {
@@ -140,8 +138,11 @@ Result<size_t> FileSystem::UnloadIdleSteps() {
       ++it;  // UnloadStepLocked and ForgetLoadedStepLocked erase the current one
       Inode* step = inodes_.Find(step_ino);
       auto rec = steps_.find(step_ino);
-      if (!step || step->entries_unloaded || rec == steps_.end() || !SettledStep(rec->second)) {
-        ForgetLoadedStepLocked(step_ino);  // removed, renamed away, deleting or reopened
+      // Removed, renamed away, deleting or reopened; or, on a remote mount,
+      // not in the bucket yet (it joins again when the next pass adopts it).
+      if (!step || step->entries_unloaded || rec == steps_.end() || !SettledStep(rec->second) ||
+          (options_.remote && !rec->second.persisted)) {
+        ForgetLoadedStepLocked(step_ino);
         continue;
       }
       std::optional<size_t> size = UnloadableSizeLocked(step);
