@@ -1054,6 +1054,25 @@ TEST(ClusterCommitTest, ASaveOfARemovedNameOnANodeWithAnOldViewIsANewStep) {
   EXPECT_EQ(a.State(seen->ino), "committed");
 }
 
+// a commits run/step6 (one file, x) and c, which refreshes only when its
+// clock says, learns of it. Returns c's inode of run, or 0 (a failure is
+// reported).
+uint64_t CommitStep6AndLetCLearnIt(Node& a, Node& c) {
+  const uint64_t old_step = a.Step("step6");
+  WriteFile(a.fs(), old_step, "x", "OLD");
+  a.Commit(old_step);
+  EXPECT_EQ(a.State(old_step), "committed");
+  auto run_c = c.fs().Lookup(kRootIno, "run");
+  EXPECT_TRUE(run_c.ok()) << run_c.status().ToString();
+  if (!run_c.ok()) return 0;
+  auto held = c.fs().Lookup(run_c->ino, "step6");
+  EXPECT_TRUE(held.ok()) << held.status().ToString();
+  if (!held.ok()) return 0;
+  EXPECT_EQ(c.State(held->ino), "committed");
+  EXPECT_TRUE(c.fs().Lookup(held->ino, "x").ok());
+  return run_c->ino;
+}
+
 // A node that holds a step committed and learns of neither its removal nor the save
 // of its name again before both are done (--refresh 1 h here) finds, when it next
 // looks, a tombstone and a committed entry of another save. The tombstone names the
@@ -1067,21 +1086,14 @@ TEST(ClusterCommitTest, ANodeThatMissedARemovalAndTheSaveAgainShowsTheNewSave) {
   ManualClock book_clock;  // c's view ages only as the test says
   Node c("c", &bucket, 0, true, nullptr, 100'000'000, &book_clock, 0,
          /*refresh_ns=*/3600'000'000'000LL);
-  const uint64_t old_step = a.Step("step6");
-  WriteFile(a.fs(), old_step, "x", "OLD");
-  a.Commit(old_step);
-  ASSERT_EQ(a.State(old_step), "committed");
-  // c learns of the commit.
-  auto run_c = c.fs().Lookup(kRootIno, "run");
-  ASSERT_TRUE(run_c.ok()) << run_c.status().ToString();
-  auto held = c.fs().Lookup(run_c->ino, "step6");
-  ASSERT_TRUE(held.ok()) << held.status().ToString();
-  ASSERT_EQ(c.State(held->ino), "committed");
-  ASSERT_TRUE(c.fs().Lookup(held->ino, "x").ok());
+  const uint64_t run_c = CommitStep6AndLetCLearnIt(a, c);
+  ASSERT_NE(run_c, 0u);
   // a removes it; b saves the name again with other contents. c looks at neither.
   auto run_a = a.fs().Lookup(kRootIno, "run");
   ASSERT_TRUE(run_a.ok());
-  ASSERT_TRUE(a.fs().Unlink(old_step, "x").ok());
+  auto old_step = a.fs().Lookup(run_a->ino, "step6");
+  ASSERT_TRUE(old_step.ok());
+  ASSERT_TRUE(a.fs().Unlink(old_step->ino, "x").ok());
   ASSERT_TRUE(a.fs().Rmdir(run_a->ino, "step6").ok());
   a.Background();
   ASSERT_TRUE(bucket.Head(StepIndexKey("run/step6", 'r')).ok());
@@ -1094,7 +1106,7 @@ TEST(ClusterCommitTest, ANodeThatMissedARemovalAndTheSaveAgainShowsTheNewSave) {
   book_clock.Advance(3601'000'000'000LL);
   ASSERT_TRUE(c.fs().Lookup(kRootIno, "run").ok());
   c.Background();
-  auto now = c.fs().Lookup(run_c->ino, "step6");
+  auto now = c.fs().Lookup(run_c, "step6");
   ASSERT_TRUE(now.ok()) << now.status().ToString() << c.env().events.Render();
   EXPECT_EQ(c.State(now->ino), "committed");
   EXPECT_EQ(c.fs().Lookup(now->ino, "x").status().err(), ENOENT) << "the removed save's file";
@@ -1116,15 +1128,8 @@ TEST(ClusterCommitTest, ARefreshJudgesATombstoneOnTheCopyOfTheRecordItApplies) {
   ManualClock book_clock;  // c refreshes only when the test says
   Node c("c", &bucket, 0, true, nullptr, 100'000'000, &book_clock, 0,
          /*refresh_ns=*/3600'000'000'000LL);
-  const uint64_t old_step = a.Step("step6");
-  WriteFile(a.fs(), old_step, "x", "OLD");
-  a.Commit(old_step);
-  ASSERT_EQ(a.State(old_step), "committed");
-  auto run_c = c.fs().Lookup(kRootIno, "run");
-  ASSERT_TRUE(run_c.ok()) << run_c.status().ToString();
-  auto held = c.fs().Lookup(run_c->ino, "step6");
-  ASSERT_TRUE(held.ok()) << held.status().ToString();
-  ASSERT_EQ(c.State(held->ino), "committed");
+  const uint64_t run_c = CommitStep6AndLetCLearnIt(a, c);
+  ASSERT_NE(run_c, 0u);
   // A removal under way: the tombstone names the old save, whose index
   // entry is not deleted yet.
   const std::string index_key = StepIndexKey("run/step6", 'c');
@@ -1149,7 +1154,7 @@ TEST(ClusterCommitTest, ARefreshJudgesATombstoneOnTheCopyOfTheRecordItApplies) {
   c.Background();
   // The copy c read names the removed save: c removes its step. The new
   // save is for a later refresh; the old one never comes back as it.
-  auto now = c.fs().Lookup(run_c->ino, "step6");
+  auto now = c.fs().Lookup(run_c, "step6");
   if (now.ok()) {
     EXPECT_EQ(c.fs().Lookup(now->ino, "x").status().err(), ENOENT)
         << "the removed save's record was applied as the new save\n"
