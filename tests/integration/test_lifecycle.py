@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from ckptfs_testlib import (expect_errno, CKPTFS_BIN, _pid_alive, _wait_pid_gone, daemon_pids_for,
-                            mounted_in_proc, read_file, run_cli, tree_digest, write_file)
+from ckptfs_testlib import (expect_errno, CKPTFS_BIN, REPO, _pid_alive, _wait_pid_gone,
+                            daemon_pids_for, mounted_in_proc, read_file, run_cli, tree_digest,
+                            write_file)
 
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EPERM, errno.EACCES)
 
@@ -176,10 +177,8 @@ def test_olmo_trainer_metadata_json_waits_for_model_and_optim(ckptfs):
         assert ckptfs.state("run1/step100") == "writing"
         time.sleep(0.2)
     assert "model_and_optim/.metadata" in ckptfs.xattr("run1/step100", "user.ckptfs.error")
-    shared = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
-                          "testdata", "dcp", "torch-1.13", "ckpt113")
-    if not os.path.isdir(shared):
-        pytest.skip(f"shared testdata not found at {shared}")
+    # A real torch 1.13 DCP save (the repository's fixture), .metadata written last.
+    shared = os.path.join(REPO, "tests", "fixtures", "dcp", "torch-1.13", "ckpt113")
     os.makedirs(ckptfs.path("run1", "step100", "model_and_optim"))
     for name in sorted(os.listdir(shared), key=lambda n: n == ".metadata"):  # .metadata last
         if os.path.isfile(os.path.join(shared, name)):
