@@ -127,6 +127,22 @@ class FileSystemCore {
   // A remote mount reloading step_ino: the object records of its files
   // (read back as they were when it unloaded).
   Status LoadObjectsLocked(uint64_t step_ino, const std::vector<Inode*>& files) REQUIRES(mu_);
+  // A remote mount's lazy load (filesystem_lazy_tier.cc): the upload queue
+  // whole, the steps its files lie in, the object records of what is
+  // loaded, and a first count of what each unloaded step holds.
+  Status LoadTierStateLazilyLocked() REQUIRES(mu_);
+  // Loads the unloaded step that ino (not in memory) lies in, if any,
+  // finding it through the manifest's parent records.
+  Status LoadStepHoldingLocked(uint64_t ino) REQUIRES(mu_);
+  // The object records of inos (sorted, unique; those the manifest has),
+  // a range scan per run of close numbers.
+  Result<std::map<uint64_t, ObjectRecord>> ReadObjectsLocked(const std::vector<uint64_t>& inos)
+      REQUIRES(mu_);
+  // The same, given to the loaded files they belong to (and to the ledger).
+  Status LoadObjectRecordsLocked(const std::vector<uint64_t>& inos) REQUIRES(mu_);
+  // What an unloaded step holds in the cache, as the background check
+  // counted it (an entry of unloaded_cached_; none for nothing).
+  void SetUnloadedResidentBytesLocked(uint64_t step_ino, uint64_t bytes) REQUIRES(mu_);
   // The records of inos (sorted, unique; those the manifest has), with one
   // range scan where the numbers are close together.
   Result<std::map<uint64_t, InodeRecord>> ReadRecordsLocked(const std::vector<uint64_t>& inos)
@@ -142,17 +158,32 @@ class FileSystemCore {
   // committed files' sizes checked against their backing files if the
   // background pass has not done so yet.
   Status LoadSubtreeLocked(Inode* step_dir) REQUIRES(mu_);
-  // A committed file the manifest records as size bytes long.
+  // Reads and links everything below step_dir (its regular files to files).
+  Status LoadEntriesBelowLocked(Inode* step_dir, std::vector<Inode*>* files) REQUIRES(mu_);
+  // A committed file the manifest records as size bytes long, modified at
+  // mtime_ns; on a remote mount, with its object record if it has one.
   struct CommittedSize {
     uint64_t ino = 0;
     uint64_t size = 0;
+    int64_t mtime_ns = 0;
     std::string path;
+    std::optional<ObjectRecord> object;
   };
   // Marks the step broken (an error event per file) when a committed file's
   // backing file is shorter than its record: the disk lost committed data
-  // while the daemon was down.
-  void CheckCommittedSizesLocked(uint64_t step_ino, std::vector<CommittedSize> files,
-                                 ManifestBatch* batch) REQUIRES(mu_);
+  // while the daemon was down. A file the bucket holds, checked, loses only
+  // its local copy (DropLostLocalCopyLocked); one that is not resident has
+  // none to check. Returns the bytes of the files still resident.
+  uint64_t CheckCommittedSizesLocked(uint64_t step_ino, std::vector<CommittedSize> files,
+                                     ManifestBatch* batch) REQUIRES(mu_);
+  // Adds each file's object record (one read per run of close numbers).
+  Status AttachObjectsLocked(std::vector<CommittedSize>* files) REQUIRES(mu_);
+  // A committed file whose local copy holds only `have` bytes while the
+  // bucket holds this very version, checked (a power loss cut the copy an
+  // upload or a fetch wrote without fsync): the copy goes, and the file is
+  // read from the remote again, as an evicted one.
+  void DropLostLocalCopyLocked(uint64_t ino, ObjectRecord object, const std::string& path,
+                               uint64_t have, ManifestBatch* batch) REQUIRES(mu_);
   // The sealed files below an unloaded step, read from the manifest without
   // loading them.
   Result<std::vector<CommittedSize>> ReadSealedFilesLocked(uint64_t step_ino) REQUIRES(mu_);
@@ -163,6 +194,9 @@ class FileSystemCore {
   // A lookup in dir_ino: the step it lies in, if loaded, was used now.
   void NoteLookupInLocked(uint64_t dir_ino) REQUIRES(mu_);
   void ForgetLoadedStepLocked(uint64_t step_ino) REQUIRES(mu_);
+  // A loaded step was read for the daemon's own work (eviction), not for a
+  // user: it is unloaded first.
+  void NoteStepIdleLocked(uint64_t step_ino) REQUIRES(mu_);
   // Loaded settled steps the book does not know yet (committed during this
   // mount, or loaded whole at it) join it.
   void AdoptSettledStepsLocked() REQUIRES(mu_);
@@ -358,6 +392,8 @@ class FileSystemCore {
   // EPERM for the commit object's name directly in a step (with a remote).
   Status CheckNotReservedLocked(uint64_t parent, const std::string& name) const REQUIRES(mu_);
   void LoadTierStateLocked(Status* decode_error) REQUIRES(mu_);
+  // The upload queue, whole, into the ledger: the numbers it names.
+  Result<std::vector<uint64_t>> LoadUploadQueueLocked() REQUIRES(mu_);
   // Queues an upload of the file's current contents (no-op without a remote
   // or outside steps).
   void QueueUploadLocked(Inode* inode, ManifestBatch* batch) REQUIRES(mu_);
@@ -522,7 +558,9 @@ class FileSystemCore {
   };
   std::unordered_map<uint64_t, LoadedStep> loaded_steps_ GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> steps_by_use_ GUARDED_BY(mu_);  // use -> step ino
-  uint64_t use_seq_ GUARDED_BY(mu_) = 0;
+  // Uses count up from far above zero, so a step can also be put before
+  // every other (NoteStepIdleLocked) without running out of numbers.
+  uint64_t use_seq_ GUARDED_BY(mu_) = uint64_t{1} << 62;
   // A remote mount's unloaded steps: what each still holds in the cache and
   // when it was last read, recorded as it unloads, so the cache limit counts
   // it and eviction finds it without loading it (the step is evicted whole,

@@ -46,13 +46,13 @@ Status FileSystemCore::LoadLocked() {
     inodes_.ReserveThrough(ino_reserved_);
   }
   // Lazy only where every guarantee holds without the whole namespace: a
-  // manifest that keeps the reservation and the orphan index (version 2),
-  // and no remote tier, whose eviction and upload queue reason over every
-  // file (docs/architecture.md says what a lazy remote tier needs).
-  bool lazy = version->has_value() && **version == kFormatVersion && reserved->has_value() &&
-              !options_.remote;
+  // manifest that keeps the reservation and the orphan index (version 2).
+  // A local mount of a cache a remote mount left object records or queued
+  // uploads in loads whole: only LoadWholeLocked reads those for a mount
+  // without a tier (a remote mount reads them for what it loads).
+  bool lazy = version->has_value() && **version == kFormatVersion && reserved->has_value();
   for (KeySpace space : {KeySpace::kObjects, KeySpace::kUploads}) {
-    if (!lazy) break;
+    if (!lazy || options_.remote) break;
     auto empty = KeySpaceEmpty(*manifest_, space);
     if (!empty.ok()) return empty.status();
     lazy = *empty;
@@ -89,7 +89,10 @@ Status FileSystemCore::LoadSettledStepsLazilyLocked() {
     Inode* dir = dirs.back();
     dirs.pop_back();
     auto step = steps.find(dir->rec.ino);
-    if (step != steps.end() && SettledStep(step->second)) {
+    // A remote mount's step stays loaded until it is all in the bucket:
+    // its uploads and commit object work over its files in memory.
+    if (step != steps.end() && SettledStep(step->second) &&
+        (!options_.remote || step->second.persisted)) {
       dir->entries_unloaded = true;
       unchecked_steps_.insert(dir->rec.ino);
       continue;
@@ -112,7 +115,7 @@ Status FileSystemCore::LoadSettledStepsLazilyLocked() {
   for (auto& [ino, rec] : steps) {
     if (inodes_.Find(ino)) steps_.Load(ino, std::move(rec));
   }
-  return Status::Ok();
+  return options_.remote ? LoadTierStateLazilyLocked() : Status::Ok();
 }
 
 namespace {
@@ -303,16 +306,21 @@ Status FileSystemCore::LoadEntriesLocked(Inode* dir, std::vector<Inode*>* dirs,
   return Status::Ok();
 }
 
-Status FileSystemCore::LoadSubtreeLocked(Inode* step_dir) {
+Status FileSystemCore::LoadEntriesBelowLocked(Inode* step_dir, std::vector<Inode*>* files) {
   step_dir->entries_unloaded = false;
   std::vector<Inode*> dirs{step_dir};
-  std::vector<Inode*> files;
   Status st;
   while (st.ok() && !dirs.empty()) {
     Inode* dir = dirs.back();
     dirs.pop_back();
-    st = LoadEntriesLocked(dir, &dirs, &files);
+    st = LoadEntriesLocked(dir, &dirs, files);
   }
+  return st;
+}
+
+Status FileSystemCore::LoadSubtreeLocked(Inode* step_dir) {
+  std::vector<Inode*> files;
+  Status st = LoadEntriesBelowLocked(step_dir, &files);
   if (!st.ok()) {
     // Left unloaded (what was read stays, unreachable, until a retry links
     // it): the step must not look empty or half there.
@@ -326,8 +334,7 @@ Status FileSystemCore::LoadSubtreeLocked(Inode* step_dir) {
     return Status::Error(EIO, why);
   }
   if (options_.remote) {
-    // Only a remote mount unloads steps (it loads everything at mount):
-    // what the tier knows of the files is read back with them.
+    // What the tier knows of the files is read back with them.
     Status objects = LoadObjectsLocked(step_dir->rec.ino, files);
     if (!objects.ok()) {
       events_->Append(
@@ -342,66 +349,25 @@ Status FileSystemCore::LoadSubtreeLocked(Inode* step_dir) {
   if (unchecked_steps_.erase(step_dir->rec.ino) == 0) return Status::Ok();
   std::vector<CommittedSize> sealed;
   for (const Inode* f : files) {
-    if (f->rec.sealed) sealed.push_back({f->rec.ino, f->rec.size, inodes_.PathOf(f->rec.ino)});
+    if (!f->rec.sealed) continue;
+    sealed.push_back(CommittedSize{f->rec.ino, f->rec.size, TimespecToNanos(f->rec.mtime),
+                                   inodes_.PathOf(f->rec.ino), std::nullopt});
+    if (f->object) sealed.back().object = *f->object;
   }
   Transaction txn = BeginLocked();
   CheckCommittedSizesLocked(step_dir->rec.ino, std::move(sealed), txn.batch());
   return txn.Write();
 }
 
-Status FileSystemCore::LoadObjectsLocked(uint64_t step_ino, const std::vector<Inode*>& files) {
-  std::map<uint64_t, Inode*> by_ino;
-  for (Inode* f : files) by_ino.emplace(f->rec.ino, f);
-  // The access time the step had as it unloaded: eviction's order holds.
-  int64_t last_access_ns = 0;
-  if (auto it = unloaded_cached_.find(step_ino); it != unloaded_cached_.end()) {
-    last_access_ns = it->second.last_access_ns;
-    unloaded_cached_.erase(it);
-  }
-  if (by_ino.empty()) return Status::Ok();
-  std::map<uint64_t, ObjectRecord> objects;
-  Status decode_error;
-  auto take = [&](uint64_t ino, std::string_view v) {
-    auto rec = DecodeObject(v);
-    if (!rec.ok()) {
-      decode_error = rec.status();
-      return false;
-    }
-    objects.emplace(ino, std::move(rec).value());
-    return true;
-  };
-  std::vector<uint64_t> inos;
-  for (const auto& [ino, f] : by_ino) inos.push_back(ino);
-  if (Dense(inos)) {
-    CKPTFS_RETURN_IF_ERROR(manifest_->ScanRange(KeySpace::kObjects, InoKey(inos.front()),
-                                                InoKey(inos.back() + 1),
-                                                [&](std::string_view k, std::string_view v) {
-                                                  auto ino = DecodeInoKey(k);
-                                                  if (!ino.ok()) {
-                                                    decode_error = ino.status();
-                                                    return false;
-                                                  }
-                                                  return by_ino.count(*ino) == 0 || take(*ino, v);
-                                                }));
-  } else {
-    for (uint64_t ino : inos) {
-      auto value = manifest_->Get(KeySpace::kObjects, InoKey(ino));
-      if (!value.ok()) return value.status();
-      if (value->has_value() && !take(ino, **value)) break;
-    }
-  }
-  CKPTFS_RETURN_IF_ERROR(decode_error);
-  for (auto& [ino, rec] : objects) {
-    Inode* f = by_ino.at(ino);
-    ledger_.SetObjectOwner(rec.key, ino);
-    f->object = std::move(rec);
-  }
-  for (Inode* f : files) f->last_access_ns = last_access_ns;
-  return Status::Ok();
-}
-
-void FileSystemCore::CheckCommittedSizesLocked(uint64_t step_ino, std::vector<CommittedSize> files,
-                                               ManifestBatch* batch) {
+uint64_t FileSystemCore::CheckCommittedSizesLocked(uint64_t step_ino,
+                                                   std::vector<CommittedSize> files,
+                                                   ManifestBatch* batch) {
+  // A file whose data is only in the bucket (evicted, or another node's
+  // never fetched) has no local copy to check.
+  files.erase(
+      std::remove_if(files.begin(), files.end(),
+                     [](const CommittedSize& f) { return f.object && !f.object->resident; }),
+      files.end());
   // In ino order: backing files made one after another sit together on disk.
   std::sort(files.begin(), files.end(),
             [](const CommittedSize& a, const CommittedSize& b) { return a.ino < b.ino; });
@@ -409,19 +375,29 @@ void FileSystemCore::CheckCommittedSizesLocked(uint64_t step_ino, std::vector<Co
   inos.reserve(files.size());
   for (const CommittedSize& f : files) inos.push_back(f.ino);
   const std::vector<Result<uint64_t>> actual = data_->SizesOf(inos);
+  uint64_t resident = 0;
   for (size_t i = 0; i < files.size(); i++) {
+    const CommittedSize& f = files[i];
     const uint64_t have = actual[i].ok() ? *actual[i] : 0;
-    if (have >= files[i].size) continue;
+    if (have < f.size && f.object && f.object->crc_known && f.object->key == f.path &&
+        f.object->size == f.size && f.object->mtime_ns == f.mtime_ns) {
+      // The bucket holds this very version, checked: only the local copy
+      // was cut short, and the file is read from there again.
+      DropLostLocalCopyLocked(f.ino, *f.object, f.path, have, batch);
+      continue;
+    }
+    resident += f.size;  // as ResidentBytesLocked counts a resident file
+    if (have >= f.size) continue;
     // Committed data must be there; if the disk lost it, say so loudly.
-    const std::string why = "committed file " + files[i].path +
-                            " lost data: " + std::to_string(have) + " of " +
-                            std::to_string(files[i].size) + " bytes";
-    events_->Append({{"event", "error"}, {"path", files[i].path}, {"error", why}});
+    const std::string why = "committed file " + f.path + " lost data: " + std::to_string(have) +
+                            " of " + std::to_string(f.size) + " bytes";
+    events_->Append({{"event", "error"}, {"path", f.path}, {"error", why}});
     auto step = steps_.find(step_ino);
     if (step != steps_.end() && step->second.state == StepState::kCommitted) {
       steps_.MarkBroken(step_ino, why, batch);
     }
   }
+  return resident;
 }
 
 Result<std::vector<FileSystemCore::CommittedSize>> FileSystemCore::ReadSealedFilesLocked(
@@ -448,9 +424,12 @@ Result<std::vector<FileSystemCore::CommittedSize>> FileSystemCore::ReadSealedFil
       const std::string path = dir_path + "/" + name;
       if (S_ISDIR(rec->second.mode)) dirs.emplace_back(dent.ino, path);
       if (S_ISREG(rec->second.mode) && rec->second.sealed)
-        out.push_back({dent.ino, rec->second.size, path});
+        out.push_back(CommittedSize{dent.ino, rec->second.size, TimespecToNanos(rec->second.mtime),
+                                    path, std::nullopt});
     }
   }
+  // A remote mount checks only what is local, and counts it.
+  if (options_.remote) CKPTFS_RETURN_IF_ERROR(AttachObjectsLocked(&out));
   return out;
 }
 
@@ -470,7 +449,9 @@ Result<size_t> FileSystem::CheckUnloadedSteps(size_t max) {
       return files.status();
     }
     Transaction txn = BeginLocked();
-    CheckCommittedSizesLocked(step_ino, std::move(files).value(), txn.batch());
+    const uint64_t resident =
+        CheckCommittedSizesLocked(step_ino, std::move(files).value(), txn.batch());
+    if (options_.remote) SetUnloadedResidentBytesLocked(step_ino, resident);
     CKPTFS_RETURN_IF_ERROR(txn.Write());
     checked++;
   }

@@ -157,18 +157,8 @@ Status FileSystemCore::RecoverLocked() {
     if (actual < inode->rec.size && inode->object && inode->object->crc_known &&
         ObjectIsCurrent(*inode, inodes_.PathOf(ino))) {
       // The remote holds this very version, checked (its upload ended, or
-      // it was fetched from there): a power loss cut only the local copy
-      // short (an upload or a fetch does not fsync it). The copy is dropped
-      // and the file is read from the remote again, as an evicted one.
-      inode->object->resident = false;
-      txn.batch()->Put(KeySpace::kObjects, InoKey(ino), EncodeObject(*inode->object));
-      (void)data_->Remove(ino);
-      events_->Append({{"event", "warning"},
-                       {"kind", "local_copy_lost"},
-                       {"path", inodes_.PathOf(ino)},
-                       {"error", "the local copy lost data (" + std::to_string(actual) + " of " +
-                                     std::to_string(inode->rec.size) +
-                                     " bytes); the file is read from the remote, which holds it"}});
+      // it was fetched from there).
+      DropLostLocalCopyLocked(ino, *inode->object, inodes_.PathOf(ino), actual, txn.batch());
       continue;
     }
     if (actual < inode->rec.size) {
@@ -211,6 +201,21 @@ Status FileSystemCore::RecoverLocked() {
   // Removals of orphans' data only after the manifest forgot them.
   for (uint64_t ino : orphans) (void)data_->Remove(ino);
   return data_->SyncDir();
+}
+
+void FileSystemCore::DropLostLocalCopyLocked(uint64_t ino, ObjectRecord object,
+                                             const std::string& path, uint64_t have,
+                                             ManifestBatch* batch) {
+  object.resident = false;
+  batch->Put(KeySpace::kObjects, InoKey(ino), EncodeObject(object));
+  if (Inode* inode = inodes_.Find(ino); inode && inode->object) inode->object->resident = false;
+  (void)data_->Remove(ino);
+  events_->Append({{"event", "warning"},
+                   {"kind", "local_copy_lost"},
+                   {"path", path},
+                   {"error", "the local copy lost data (" + std::to_string(have) + " of " +
+                                 std::to_string(object.size) +
+                                 " bytes); the file is read from the remote, which holds it"}});
 }
 
 void FileSystemCore::RecoverWritingStepLocked(uint64_t step_ino, StepRecord* rec, bool same_boot,

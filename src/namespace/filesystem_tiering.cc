@@ -171,18 +171,28 @@ void FileSystemCore::LoadTierStateLocked(Status* decode_error) {
   });
   if (!st.ok()) *decode_error = st;
   if (!decode_error->ok()) return;
-  st = manifest_->Scan(KeySpace::kUploads, "", [&](std::string_view k, std::string_view v) {
-    mu_.AssertHeld();  // runs inside this call, under the lock
-    auto ino = DecodeInoKey(k);
-    auto rec = DecodeUpload(v);
-    if (!ino.ok() || !rec.ok()) {
-      *decode_error = ino.ok() ? rec.status() : ino.status();
-      return false;
-    }
-    ledger_.LoadUpload(*ino, std::move(rec).value());
-    return true;
-  });
-  if (!st.ok()) *decode_error = st;
+  auto queued = LoadUploadQueueLocked();
+  if (!queued.ok()) *decode_error = queued.status();
+}
+
+Result<std::vector<uint64_t>> FileSystemCore::LoadUploadQueueLocked() {
+  std::vector<uint64_t> queued;
+  Status decode_error;
+  CKPTFS_RETURN_IF_ERROR(
+      manifest_->Scan(KeySpace::kUploads, "", [&](std::string_view k, std::string_view v) {
+        mu_.AssertHeld();  // runs inside this call, under the lock
+        auto ino = DecodeInoKey(k);
+        auto rec = DecodeUpload(v);
+        if (!ino.ok() || !rec.ok()) {
+          decode_error = ino.ok() ? rec.status() : ino.status();
+          return false;
+        }
+        ledger_.LoadUpload(*ino, std::move(rec).value());
+        queued.push_back(*ino);
+        return true;
+      }));
+  CKPTFS_RETURN_IF_ERROR(decode_error);
+  return queued;
 }
 
 bool FileSystemCore::ObjectIsCurrent(const Inode& inode, const std::string& path) const {
@@ -638,10 +648,13 @@ Status FileSystem::Evict(uint64_t ino) {
     if (whole_step) {
       // An unloaded step's candidate (EvictionCandidatesLocked): loaded to
       // evict what of it may go.
+      const bool was_unloaded = inode->entries_unloaded;
       std::vector<std::pair<std::string, uint64_t>> below;
       CollectFilesLocked(inode, &below);
       files.clear();
       for (const auto& [rel, file_ino] : below) files.push_back(file_ino);
+      // Read for eviction, not by anyone: it is the first to unload again.
+      if (was_unloaded) NoteStepIdleLocked(ino);
     }
     auto begun = BeginEvictionLocked(files, /*strict=*/!whole_step);
     if (!begun.ok()) return begun.status();

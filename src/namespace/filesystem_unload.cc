@@ -37,6 +37,15 @@ void FileSystemCore::NoteLookupInLocked(uint64_t dir_ino) {
   if (step != 0 && loaded_steps_.count(step)) NoteStepUsedLocked(step);
 }
 
+void FileSystemCore::NoteStepIdleLocked(uint64_t step_ino) {
+  ForgetLoadedStepLocked(step_ino);
+  const uint64_t first = steps_by_use_.empty() ? use_seq_ : steps_by_use_.begin()->first;
+  LoadedStep& loaded = loaded_steps_[step_ino];
+  loaded.use = first - 1;
+  loaded.invalidated = false;
+  steps_by_use_.emplace(loaded.use, step_ino);
+}
+
 void FileSystemCore::ForgetLoadedStepLocked(uint64_t step_ino) {
   auto it = loaded_steps_.find(step_ino);
   if (it == loaded_steps_.end()) return;

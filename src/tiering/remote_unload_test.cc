@@ -30,12 +30,12 @@ constexpr size_t kFileBytes = 1000;
 class RemoteUnloadTest : public ::testing::Test {
  protected:
   // Less than one of the steps below: every step that may go goes.
-  static FileSystemOptions Options() {
+  static FileSystemOptions Options(size_t budget = 12) {
     FileSystemOptions o = RemoteOptions();
-    o.max_cached_inodes = 12;
+    o.max_cached_inodes = budget;
     return o;
   }
-  RemoteUnloadTest() : store_(kMiB), env_(Options()) {
+  explicit RemoteUnloadTest(size_t budget = 12) : store_(kMiB), env_(Options(budget)) {
     RemoteTierOptions o;
     o.min_part_size = kMiB;
     o.fetch_chunk = kMiB;
@@ -163,6 +163,38 @@ TEST_F(RemoteUnloadTest, EvictionTakesAnUnloadedStepWholeAndReadsFetchItBack) {
   EXPECT_EQ(fs.ResidentBytes(), before);
   for (const auto& c : fs.EvictionCandidates())
     if (c.ino == steps_[1]) EXPECT_EQ(c.bytes, kFileBytes);
+}
+
+// Room for all but one of two loaded steps: the order decides which goes.
+class RemoteUnloadOrderTest : public RemoteUnloadTest {
+ protected:
+  RemoteUnloadOrderTest() : RemoteUnloadTest(32) {}
+};
+
+TEST_F(RemoteUnloadOrderTest, AStepReadOnlyToEvictItIsTheFirstToUnloadAgain) {
+  MakeRun();
+  FileSystem& fs = env_.fs();
+  ASSERT_EQ(fs.InodeCountForTest(), 6u + 4 * kFiles);
+  ASSERT_EQ(Unload(), 2u);
+  // An unloaded step is one candidate for eviction, under its own number.
+  std::vector<uint64_t> unloaded;
+  for (const auto& c : fs.EvictionCandidates())
+    if (c.ino == steps_[1] || c.ino == steps_[2] || c.ino == steps_[3]) unloaded.push_back(c.ino);
+  ASSERT_EQ(unloaded.size(), 2u);
+  const uint64_t read = unloaded[0], evicted = unloaded[1];
+  // One read by someone; the other read back only to be evicted. Two of
+  // the three loaded steps must go: the evicted one first, then the one
+  // that stayed (used before the read).
+  ASSERT_TRUE(fs.Lookup(read, "f1").ok());
+  ASSERT_TRUE(fs.Evict(evicted).ok());
+  fs.ForgetEverythingForTest();
+  ASSERT_EQ(fs.InodeCountForTest(), 6u + 4 * kFiles);
+  EXPECT_EQ(Unload(), 2u);
+  const uint64_t loads = fs.metrics().lazy_step_loads.load();
+  ASSERT_TRUE(fs.Lookup(read, "f2").ok());
+  EXPECT_EQ(fs.metrics().lazy_step_loads.load(), loads) << "the step read last stayed";
+  ASSERT_TRUE(fs.Lookup(evicted, "f2").ok());
+  EXPECT_EQ(fs.metrics().lazy_step_loads.load(), loads + 1) << "the evicted step went";
 }
 
 TEST_F(RemoteUnloadTest, RetentionDeletesTheObjectsOfAnUnloadedStep) {

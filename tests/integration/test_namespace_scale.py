@@ -162,7 +162,8 @@ def test_a_mount_past_its_inode_budget_unloads_idle_steps_and_reads_them_back(ma
 def test_a_remote_mount_unloads_persisted_steps_and_still_counts_their_data(make_ckptfs, tmp_path):
     # The same run on a file:// remote: once persisted, idle steps leave memory past the
     # budget as on a local mount, the cache's figures still count their data (local and
-    # evictable), and they read back as written, with the same numbers.
+    # evictable), and they read back as written, with the same numbers; a remount leaves
+    # them in the manifest from the start.
     remote = tmp_path / "remote"
     remote.mkdir()
     m = make_ckptfs("--remote", f"file://{remote}", "--inode-cache", "1000")
@@ -188,4 +189,18 @@ def test_a_remote_mount_unloads_persisted_steps_and_still_counts_their_data(make
     assert m.latest("run") == step_name(STEPS)
     m.umount()
     m.start()
+    # Lazy at mount too: the root, the run, its step directories and the step not
+    # committed are in memory; the persisted steps stay in the manifest, and the
+    # background check finds what they hold without loading them.
+    assert metric(m, "ckptfs_lazy_step_loads_total") == 0
+    assert metric(m, "ckptfs_inodes") < 2 * STEPS, metric(m, "ckptfs_inodes")
+    deadline = time.monotonic() + 30
+    while m.status()["cache"]["local_bytes"] != committed + 3 * len(b"not committed"):
+        assert time.monotonic() < deadline, m.status()["cache"]
+        time.sleep(0.1)
+    assert m.status()["cache"]["evictable_bytes"] == committed
+    assert metric(m, "ckptfs_lazy_step_loads_total") == 0
     assert tree(m) == want
+    assert metric(m, "ckptfs_lazy_step_loads_total") >= STEPS
+    for rel, ino in sample.items():
+        assert os.stat(m.path(rel)).st_ino == ino, rel
