@@ -18,11 +18,6 @@
 namespace ckptfs::testing {
 namespace {
 
-std::string StateOf(FileSystem& fs, uint64_t step) {
-  auto v = fs.GetXattr(step, "user.ckptfs.state");
-  return v.ok() ? *v : "<" + v.status().ToString() + ">";
-}
-
 FileHandle* CreateOpen(FileSystem& fs, uint64_t parent, const std::string& name, uint64_t* ino = nullptr) {
   auto c = fs.Create(kRoot, parent, name, 0644, O_WRONLY);
   EXPECT_TRUE(c.ok()) << c.status().ToString();

@@ -18,16 +18,6 @@ namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
 
-std::string StateOf(FileSystem& fs, uint64_t step) {
-  auto v = fs.GetXattr(step, "user.ckptfs.state");
-  return v.ok() ? *v : "<" + v.status().ToString() + ">";
-}
-
-std::string ErrorOf(FileSystem& fs, uint64_t step) {
-  auto v = fs.GetXattr(step, "user.ckptfs.error");
-  return v.ok() ? *v : "<" + v.status().ToString() + ">";
-}
-
 // A real torch DCP checkpoint (two shards and the .metadata marker).
 std::map<std::string, std::string> DcpFiles() {
   std::map<std::string, std::string> files;

@@ -17,16 +17,6 @@ namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
 
-std::string StateOf(FileSystem& fs, uint64_t step) {
-  auto v = fs.GetXattr(step, "user.ckptfs.state");
-  return v.ok() ? *v : "<" + v.status().ToString() + ">";
-}
-
-std::string ErrorOf(FileSystem& fs, uint64_t step) {
-  auto v = fs.GetXattr(step, "user.ckptfs.error");
-  return v.ok() ? *v : "<" + v.status().ToString() + ">";
-}
-
 std::vector<std::string> Names(FileSystem& fs, uint64_t dir) {
   std::vector<std::string> out;
   auto entries = fs.Readdir(dir, 0, 1000);

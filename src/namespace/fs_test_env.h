@@ -205,6 +205,18 @@ inline uint64_t WriteFile(FileSystem& fs, uint64_t parent, const std::string& na
   return c->first.ino;
 }
 
+// A step's user.ckptfs.state and user.ckptfs.error, or "<error...>".
+inline std::string XattrOrError(FileSystem& fs, uint64_t ino, const std::string& name) {
+  auto v = fs.GetXattr(ino, name);
+  return v.ok() ? *v : "<" + v.status().ToString() + ">";
+}
+inline std::string StateOf(FileSystem& fs, uint64_t step) {
+  return XattrOrError(fs, step, "user.ckptfs.state");
+}
+inline std::string ErrorOf(FileSystem& fs, uint64_t step) {
+  return XattrOrError(fs, step, "user.ckptfs.error");
+}
+
 // The first MiB of a file, or "<error...>".
 inline std::string ReadFile(FileSystem& fs, uint64_t ino) {
   auto o = fs.OpenFile(ino, O_RDONLY);

@@ -19,11 +19,6 @@
 namespace ckptfs::testing {
 namespace {
 
-std::string StateOf(FileSystem& fs, uint64_t step) {
-  auto v = fs.GetXattr(step, "user.ckptfs.state");
-  return v.ok() ? *v : "<" + v.status().ToString() + ">";
-}
-
 // run/stepN for each n, each with files f0..f(files-1) and sub/g, committed.
 struct CommittedRun {
   uint64_t run = 0;
