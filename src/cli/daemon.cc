@@ -139,10 +139,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const MountOptions& options) {
       d->fs_->SetClusterHooks(d->cluster_.get());
       d->cluster_->Start();
     }
-    // A cold mount shows the remote's persisted steps from the start; an
-    // unreachable remote does not hold the mount up for long (the import
-    // goes on in the background and steps appear when it succeeds).
-    if (!d->tier_->WaitForImport(std::chrono::seconds(5))) {
+    // A cold mount (a cache with no step yet) shows the remote's persisted
+    // steps from the start; an unreachable remote does not hold it up for
+    // long (the import goes on in the background and steps appear when it
+    // succeeds). A warm mount serves at once: the import, a listing of the
+    // whole bucket, finds in the background what is there and not here.
+    if (!d->fs_->HasSteps() && !d->tier_->WaitForImport(std::chrono::seconds(5))) {
       std::fprintf(stderr,
                    "ckptfs: warning: the remote %s did not answer yet; serving local data, "
                    "retrying in the background (see .ckptfs/status.json)\n",

@@ -177,6 +177,8 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   // Asks for a commit without waiting (the outcome shows in the step's state).
   void RequestCommit(uint64_t step_ino);
   std::vector<StepSummary> Steps();
+  // Whether the namespace holds any step (a cache that holds none is cold).
+  bool HasSteps();
   // Path of an inode relative to the root ("" for the root).
   std::string PathOf(uint64_t ino);
   // Hooks for tests: how many inodes are in memory, the first background error.
@@ -294,6 +296,7 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   std::optional<ObjectRecord> ObjectRecordFor(uint64_t ino, const std::string& key) override;
   Status ImportStep(const CommitObject& obj) override;
   std::set<std::string> StepPathsBeingDeleted() override;
+  bool HasEntry(const std::string& path) override;
   void RepairUploadQueue() override;
   Result<size_t> ImportRunFiles(const std::vector<RemoteObject>& objects) override;
 

@@ -456,6 +456,9 @@ class FileSystemCore {
       REQUIRES(mu_);
   UploadProgress ProgressLocked(uint64_t step_ino) REQUIRES(mu_);
   void CollectTreeLocked(Inode* dir, CommitObject* obj, bool* complete) REQUIRES(mu_);
+  // False at the first file below dir still queued for upload or never
+  // uploaded (a quick look; CollectTreeLocked decides).
+  bool MayBeAllUploadedLocked(const Inode* dir) REQUIRES(mu_);
 
   // The file at a path relative to dir (for a view's shard reads), or 0.
   // REQUIRES: mu_ held.

@@ -628,6 +628,11 @@ Status FileSystem::CommitAndWait(uint64_t step_ino) {
   return Status::Error(EBUSY, "not committed: " + it->second.error);
 }
 
+bool FileSystem::HasSteps() {
+  MutexLock lock(&mu_);
+  return steps_.begin() != steps_.end();
+}
+
 std::vector<StepSummary> FileSystem::Steps() {
   MutexLock lock(&mu_);
   std::vector<StepSummary> out;

@@ -453,6 +453,19 @@ void FileSystemCore::CollectTreeLocked(Inode* dir, CommitObject* obj, bool* comp
   });
 }
 
+bool FileSystemCore::MayBeAllUploadedLocked(const Inode* dir) {
+  if (dir->entries_unloaded) return true;  // CollectTreeLocked loads and decides
+  for (const auto& [name, dent] : dir->children) {
+    const Inode* child = inodes_.Find(dent.ino);
+    if (!child) continue;
+    if (child->is_dir() && !MayBeAllUploadedLocked(child)) return false;
+    if (!child->is_reg()) continue;
+    if (ledger_.IsQueued(dent.ino) || !child->object) return false;
+    if (!child->object->owner_node.empty() && !child->object->crc_known) return false;
+  }
+  return true;
+}
+
 std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
   MutexLock lock(&mu_);
   std::vector<PersistJob> out;
@@ -462,7 +475,10 @@ std::vector<FileSystem::PersistJob> FileSystem::StepsToPersist() {
     // A cluster step's commit object is written by the node that committed it.
     if (!rec.committer.empty() && (!cluster_ || rec.committer != cluster_->node())) continue;
     Inode* dir = inodes_.Find(ino);
-    if (!dir) continue;
+    // Asked after every finished upload, with every step not yet persisted
+    // waiting: a step still uploading is passed over at its first file
+    // queued, before its commit object is built.
+    if (!dir || !MayBeAllUploadedLocked(dir)) continue;
     CommitObject obj;
     obj.step_path = inodes_.PathOf(ino);
     obj.step = rec.step;
@@ -760,6 +776,11 @@ uint64_t FileSystemCore::UnloadedStepBytesLocked() {
     if (dir && dir->entries_unloaded) total += rec.bytes;
   }
   return total;
+}
+
+bool FileSystem::HasEntry(const std::string& path) {
+  MutexLock lock(&mu_);
+  return ResolveRelativeLocked(kRootIno, path) != 0;
 }
 
 std::set<std::string> FileSystem::StepPathsBeingDeleted() {
@@ -1103,8 +1124,9 @@ FileSystem::UploadProgress FileSystemCore::ProgressLocked(uint64_t step_ino) {
   UploadProgress p;
   Inode* dir = inodes_.Find(step_ino);
   auto rec = steps_.find(step_ino);
-  if (dir && dir->entries_unloaded && rec != steps_.end()) {
-    // Only persisted steps unload: all of it is up, as its record counts.
+  if (rec != steps_.end() && (rec->second.persisted || (dir && dir->entries_unloaded))) {
+    // All of it is up, as its record counts (only persisted steps unload),
+    // and status.json need not walk a million files to say so.
     p.files_total = p.files_done = rec->second.files;
     p.bytes_total = p.bytes_done = rec->second.bytes;
     return p;

@@ -120,6 +120,9 @@ class TierPort {
   virtual Status ImportStep(const CommitObject& obj) = 0;
   // Step paths whose commit objects are queued for deletion: not imported.
   virtual std::set<std::string> StepPathsBeingDeleted() = 0;
+  // Something is at path already (ImportStep would say EEXIST): the import
+  // need not read its commit object.
+  virtual bool HasEntry(const std::string& path) = 0;
 
   // Puts the upload queue right, as one change, so that NextUploads and
   // StepsToPersist only ever read. Refreshes the set of run directories;

@@ -98,6 +98,14 @@ TEST_F(RemoteLazyMountTest, PersistedStepsStayUnloadedAndCountWhatTheyHoldOnceCh
   // still has uploads to do); the persisted steps' files are not.
   EXPECT_EQ(fs.InodeCountForTest(), 5u + kFiles);
   EXPECT_EQ(fs.metrics().lazy_step_loads.load(), 0u);
+  // The import of what the bucket has and this cache not reads no commit
+  // object of a step it has, and loads none.
+  const size_t gets_before_import = store_.get_calls();
+  auto imported = tier_->ImportPersistedSteps();
+  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
+  EXPECT_EQ(*imported, 0u);
+  EXPECT_EQ(store_.get_calls(), gets_before_import);
+  EXPECT_EQ(fs.metrics().lazy_step_loads.load(), 0u);
   // Until the background pass read their object records, the unloaded
   // steps count at their full size: never less than they hold.
   EXPECT_EQ(fs.ResidentBytes(), 3 * kFiles * kFileBytes);
