@@ -11,7 +11,7 @@ build_pkgs=(
   libfuse3-dev fuse3
   librocksdb-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest
-  libzstd-dev libcurl4-openssl-dev libssl-dev libpugixml-dev libisal-dev
+  libzstd-dev libcurl4-openssl-dev libssl-dev libpugixml-dev libisal-dev liburing-dev
 )
 # Debian packages (packaging/build-deb.sh, the 'packaging' test suite): the
 # debhelper tool chain, dh-python for the Python binding, lintian.

@@ -217,6 +217,8 @@ int Daemon::Run() {
   fuse_loop_cfg_set_max_threads(cfg, 16);
   const int rc = fuse_session_loop_mt(session_, cfg);
   fuse_loop_cfg_destroy(cfg);
+  // The io_uring threads run handlers too: stop them with libfuse's.
+  if (passthrough_) passthrough_->StopUring();
   // libfuse reports the signal that ended the loop; SIGTERM, SIGINT and
   // SIGHUP are the clean ways to stop a daemon.
   const bool clean = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP;
@@ -225,6 +227,9 @@ int Daemon::Run() {
 }
 
 Daemon::~Daemon() {
+  // No request may run while the rest is taken down (Run stopped them
+  // unless it never ran).
+  if (passthrough_) passthrough_->StopUring();
   // Writer clients first: their open files are released while the
   // filesystem is whole.
   if (fs_) fs_->SetWriterSocket("");

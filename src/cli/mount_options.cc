@@ -95,6 +95,10 @@ const char* const kMountUsage =
     "  --passthrough auto|on|off  auto (default): used when the kernel offers it and the\n"
     "                         daemon has CAP_SYS_ADMIN; on: the mount fails otherwise\n"
     "\n"
+    "FUSE over io_uring (requests answered on the CPU that made them; Linux 6.14+):\n"
+    "  --io-uring auto|on|off auto (default): used when the kernel offers it (the fuse\n"
+    "                         module's enable_uring parameter); on: the mount fails otherwise\n"
+    "\n"
     "writer library (libckptfs-writer writes backing files directly, bypassing FUSE):\n"
     "  --writer-socket PATH|none  its Unix socket (default CACHE/writer.sock); none turns\n"
     "                         the fast path off (the library then writes through FUSE)\n"
@@ -217,7 +221,7 @@ Result<MetadataReserveSpec> ParseMetadataReserve(const std::string& text) {
   return MetadataReserveSpec{*bytes, 0};
 }
 
-const char* PassthroughName(MountOptions::Passthrough p) {
+const char* SwitchName(MountOptions::Switch p) {
   switch (p) {
     case MountOptions::Passthrough::kOn:
       return "on";
@@ -259,6 +263,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
     kPublishTimeout,
     kReadWait,
     kPassthrough,
+    kIoUring,
     kInodeCache,
   };
   static const option kLong[] = {
@@ -298,6 +303,7 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
       {"publish-timeout", required_argument, nullptr, kPublishTimeout},
       {"read-wait", required_argument, nullptr, kReadWait},
       {"passthrough", required_argument, nullptr, kPassthrough},
+      {"io-uring", required_argument, nullptr, kIoUring},
       {"inode-cache", required_argument, nullptr, kInodeCache},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
@@ -522,16 +528,20 @@ Result<MountOptions> ParseMountArgs(int argc, char** argv) {
         read_wait_given = true;
         break;
       }
-      case kPassthrough: {
+      case kPassthrough:
+      case kIoUring: {
         const std::string v = optarg;
+        MountOptions::Switch& to = c == kPassthrough ? o.passthrough : o.io_uring;
         if (v == "auto") {
-          o.passthrough = MountOptions::Passthrough::kAuto;
+          to = MountOptions::Switch::kAuto;
         } else if (v == "on") {
-          o.passthrough = MountOptions::Passthrough::kOn;
+          to = MountOptions::Switch::kOn;
         } else if (v == "off") {
-          o.passthrough = MountOptions::Passthrough::kOff;
+          to = MountOptions::Switch::kOff;
         } else {
-          return Status::Error(EINVAL, "--passthrough takes auto, on or off, not '" + v + "'");
+          return Status::Error(EINVAL,
+                               std::string(c == kPassthrough ? "--passthrough" : "--io-uring") +
+                                   " takes auto, on or off, not '" + v + "'");
         }
         break;
       }

@@ -40,11 +40,17 @@ struct MountOptions {
   double writer_idle_timeout_s = 30;
   // Events at or above this level also go to stderr (--log-level).
   LogLevel log_level = LogLevel::kInfo;
+  // A kernel feature the mount uses when it can (kAuto), must use (kOn:
+  // the mount fails otherwise) or leaves alone (kOff).
+  enum class Switch { kAuto, kOn, kOff };
   // Kernel FUSE passthrough (--passthrough): kAuto uses it when the kernel
-  // offers it and the daemon may register backing files; kOn fails the
-  // mount otherwise.
-  enum class Passthrough { kAuto, kOn, kOff };
+  // offers it and the daemon may register backing files.
+  using Passthrough = Switch;
   Passthrough passthrough = Passthrough::kAuto;
+  // FUSE over io_uring (--io-uring): kAuto uses it when the kernel offers
+  // it (Linux 6.14+, the fuse module's enable_uring set) and io_uring rings
+  // can be set up.
+  Switch io_uring = Switch::kAuto;
   // Cluster mode (--publish-timeout): how long a close(), fsync() or
   // rename() in a step waits for the bucket to take this node's part record
   // before it fails with EIO.
@@ -57,7 +63,7 @@ struct MountOptions {
   int64_t read_wait_ns = 600'000'000'000;
 };
 
-const char* PassthroughName(MountOptions::Passthrough p);
+const char* SwitchName(MountOptions::Switch p);
 
 // "100G", "512MiB", "1.5T", "4096": binary units (K = 1024).
 Result<uint64_t> ParseByteSize(const std::string& flag, const std::string& text);

@@ -151,6 +151,18 @@ std::string RenderStatusTable(const nlohmann::json& status, double now_s) {
       out << "off: " << pt.value("reason", std::string("?")) << "\n";
     }
   }
+  if (status.contains("fuse") && status["fuse"].is_object() &&
+      status["fuse"].contains("io_uring")) {
+    // How requests reach the daemon: io_uring answers them on the CPU that
+    // made them, which matters most for many small files.
+    const auto& ring = status["fuse"]["io_uring"];
+    out << "fuse transport: ";
+    if (ring.value("active", false)) {
+      out << "io_uring, " << ring.value("requests", 0) << " request(s) served through it\n";
+    } else {
+      out << "/dev/fuse (io_uring: " << ring.value("reason", std::string("?")) << ")\n";
+    }
+  }
   if (status.contains("remote") && status["remote"].is_object()) {
     const auto& remote = status["remote"];
     out << "remote: " << remote.value("url", "?") << ", ";

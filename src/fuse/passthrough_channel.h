@@ -7,6 +7,10 @@
 //               FUSE_HANDLE_KILLPRIV_V2 offer (see RequestKillsSuidgid);
 //   OPEN/CREATE for an open FileSystem gave a backing id: FOPEN_PASSTHROUGH
 //               and the id in fuse_open_out's former padding.
+// INIT also accepts the kernel's FUSE_OVER_IO_URING offer when the mount
+// wants it (UringTransport): requests then come through per-CPU io_uring
+// entries, whose replies this channel routes back to them.
+//
 // It also registers backing files with the kernel (BackingRegistry, by the
 // FUSE_DEV_IOC_BACKING_OPEN/CLOSE ioctls on the session's descriptor).
 //
@@ -33,8 +37,11 @@ class PassthroughChannel : public BackingRegistry {
   // fuse_session_mount and before the kernel's INIT is read. One channel
   // per process (libfuse's I/O callbacks carry no pointer of ours).
   // max_stack_depth: 1, or 2 when backing files live on a stacked
-  // filesystem (overlayfs).
-  static Result<std::unique_ptr<PassthroughChannel>> Install(fuse_session* se, uint32_t max_stack_depth);
+  // filesystem (overlayfs); 0 declines passthrough. io_uring: accept FUSE
+  // over io_uring where the kernel offers it.
+  static Result<std::unique_ptr<PassthroughChannel>> Install(fuse_session* se,
+                                                             uint32_t max_stack_depth,
+                                                             bool io_uring);
   ~PassthroughChannel() override;
   PassthroughChannel(const PassthroughChannel&) = delete;
   PassthroughChannel& operator=(const PassthroughChannel&) = delete;
@@ -51,6 +58,20 @@ class PassthroughChannel : public BackingRegistry {
   // kernel marked it to drop the file's setuid and setgid bits (the caller
   // lacks CAP_FSETID, or it is a chown).
   static bool RequestKillsSuidgid();
+
+  // After INIT: whether the kernel offered FUSE over io_uring (Linux 6.14+
+  // with the fuse module's enable_uring set), whether the rings were set up
+  // and INIT accepted it, and why not where it was offered but not set up.
+  bool uring_offered() const;
+  bool uring_active() const;
+  std::string uring_error() const;
+  // Entries the kernel took (they served at least one request) and
+  // requests served through the rings so far.
+  uint64_t uring_entries() const;
+  uint64_t uring_requests() const;
+  // Stops the ring threads (before the session is destroyed: they run its
+  // handlers). Idempotent.
+  void StopUring();
 
   // Registers a file of the cache filesystem and closes the id at once:
   // Ok when opens can be passed through, else why not (EPERM without

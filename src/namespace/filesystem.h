@@ -270,6 +270,10 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   // setting and why passthrough is not active.
   using PassthroughSetting = ckptfs::PassthroughSetting;
   void SetPassthrough(BackingRegistry* registry, PassthroughSetting setting);
+  // status.json's "fuse": how requests reach the daemon (/dev/fuse or
+  // io_uring). Set once, before requests are served; fn must not block.
+  using FuseStatusFn = std::function<nlohmann::json()>;
+  void SetFuseStatus(FuseStatusFn fn);
 
   // --- remote tier (filesystem_tiering.cc). Called by RemoteTier's threads.
   // Set once before serving requests when a remote is configured.

@@ -519,6 +519,7 @@ class FileSystemCore {
   InvalidateEntryFn invalidate_entry_;
   std::vector<std::pair<uint64_t, std::string>> pending_invalidations_ GUARDED_BY(mu_);
   InvalidateInodeFn invalidate_inode_;
+  std::function<nlohmann::json()> fuse_status_ GUARDED_BY(mu_);  // FileSystem::SetFuseStatus
   std::string writer_socket_ GUARDED_BY(mu_);
 
   // Kernel passthrough (filesystem_passthrough.cc; the kernel's bookkeeping

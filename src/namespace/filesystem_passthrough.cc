@@ -25,6 +25,11 @@ void FileSystem::SetPassthrough(BackingRegistry* registry, PassthroughSetting se
   passthrough_.Configure(registry, std::move(setting));
 }
 
+void FileSystem::SetFuseStatus(FuseStatusFn fn) {
+  MutexLock lock(&mu_);
+  fuse_status_ = std::move(fn);
+}
+
 const char* FileSystemCore::DaemonOnlyReasonLocked(const Inode& inode, const FileHandle& fh,
                                                    bool resident) {
   // Data still in the remote is fetched by the daemon's reads; the file

@@ -172,6 +172,7 @@ std::string FileSystemCore::RenderControlFileLocked(uint64_t ino, const Caller* 
   info.holdings = HoldingsLocked();
   if (tier_) tier_->AddStatus(&info.extra);
   info.extra["passthrough"] = passthrough_.Status();
+  if (fuse_status_) info.extra["fuse"] = fuse_status_();
   if (cluster_) cluster_->AddStatus(&info.extra);
   // The remote's last error quotes object keys, that is paths.
   if (!everything && info.extra.contains("remote")) info.extra["remote"]["last_error"] = nullptr;

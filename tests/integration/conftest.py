@@ -3,6 +3,10 @@
 Run (as root, with /dev/fuse):
     CKPTFS_BIN=/path/to/ckptfs /usr/bin/python3 -m pytest -v tests/integration
 
+With CKPTFS_TEST_FUSE_URING=1 the run sets the fuse module's enable_uring parameter (and
+puts it back at the end), so every mount serves its requests over io_uring; where the
+kernel has no such parameter the run ends at once, saying so, with nothing run.
+
 Every mount made here lives in its own directory /tmp/ckptfs-it-XXXX/{mnt,cache} and is
 ALWAYS unmounted at teardown, whatever happened (fusermount3 -u, then a lazy umount -l,
 then the daemon is killed).  A per-test watchdog SIGKILLs the daemons of a test that runs
@@ -26,8 +30,25 @@ from ckptfs_testlib import (  # noqa: F401
 )
 
 
+_URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
+_uring_was = None
+
+
+def _set_uring(value):
+    with open(_URING_PARAM, "w") as f:
+        f.write(value + "\n")
+
+
 def pytest_configure(config):
+    global _uring_was
     config.addinivalue_line("markers", "timeout_s(n): per-test watchdog limit in seconds")
+    if os.environ.get("CKPTFS_TEST_FUSE_URING") == "1":
+        if not os.path.exists(_URING_PARAM):
+            pytest.exit(f"CKPTFS_TEST_FUSE_URING=1: skipped, this kernel has no FUSE over io_uring "
+                        f"({_URING_PARAM} is missing)", returncode=0)
+        with open(_URING_PARAM) as f:
+            _uring_was = f.read().strip()
+        _set_uring("Y")
 
     # A pytest killed with SIGTERM/SIGHUP (CI timeout, Ctrl-C'ed wrapper) runs no atexit
     # handlers: kill our daemons and unmount before dying.
@@ -46,6 +67,8 @@ def pytest_configure(config):
 
 def pytest_sessionfinish(session, exitstatus):
     _cleanup_all()
+    if _uring_was is not None:
+        _set_uring(_uring_was)
 
 
 # ----------------------------------------------------------------------------- fixtures

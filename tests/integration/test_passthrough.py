@@ -44,10 +44,15 @@ def drop_caches():
         f.write("3\n")
 
 
-@pytest.fixture(params=["auto", "off"])
+@pytest.fixture(params=["auto", "off", "off-no-channel"])
 def mount(request, make_ckptfs):
-    """A mount with passthrough as the default gives it, and one with it off."""
-    m = make_ckptfs("--passthrough", request.param)
+    """A mount with passthrough as the default gives it, one with it off, and
+    one with the passthrough channel not installed at all (passthrough and
+    io_uring both off)."""
+    args = ["--passthrough", request.param.split("-")[0]]
+    if request.param == "off-no-channel":
+        args += ["--io-uring", "off"]
+    m = make_ckptfs(*args)
     pt = m.status()["passthrough"]
     if request.param == "auto" and not pt["active"]:
         pytest.skip(f"passthrough not available here: {pt['reason']}")
@@ -262,12 +267,12 @@ def test_writes_pay_no_security_capability_round_trip(mount):
     os.close(fd)
     asked = metrics(mount)["ckptfs_fuse_getxattr_requests_total"] - before
     pt = mount.status()["passthrough"]
-    if mount.passthrough:
-        assert pt["handles_killpriv"] is True
+    # The channel is installed unless both passthrough and io_uring are off.
+    assert pt["handles_killpriv"] is (mount.passthrough or mount.status()["fuse"]["io_uring"]["mode"] != "off")
+    if pt["handles_killpriv"]:
         assert asked <= 2, f"{asked} GETXATTR requests for 64 writes"
     else:
         # No channel, so the kernel keeps the job, and asks on every write.
-        assert pt["handles_killpriv"] is False
         assert asked >= 64, asked
     with open(os.path.join(step, "x"), "rb") as f:
         assert hashlib.sha256(f.read()).digest() == hashlib.sha256(block * 64).digest()
@@ -312,7 +317,7 @@ def test_setuid_and_setgid_bits_drop_as_linux_drops_them(mount):
     os.chmod(tool, 0o4777)
     as_nobody("/bin/sh", "-c", f": > {tool}")  # open(O_TRUNC)
     assert os.path.getsize(tool) == 0
-    if mount.passthrough:
+    if mount.status()["passthrough"]["handles_killpriv"]:
         # The kernel marks the OPEN (FUSE_OPEN_KILL_SUIDGID) for the daemon.
         assert bits() == 0o0777
     else:

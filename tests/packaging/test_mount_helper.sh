@@ -74,6 +74,7 @@ expect_cmd "mount /m --cache /c --remote s3://b/p --s3-region eu-west-1 --s3-add
   /c /m -o remote=s3://b/p,s3-region=eu-west-1,s3-addressing=path,cache-size=2T,cache-full-wait=10,upload-parallel=4,writer-socket=none,log_level=debug
 expect_cmd "mount /m --cache /c --metadata-reserve 2% -o fsname=/c" /c /m -o metadata-reserve=2%
 expect_cmd "mount /m --cache /c --inode-cache 1000000 -o fsname=/c" /c /m -o inode-cache=1000000
+expect_cmd "mount /m --cache /c --passthrough off --io-uring on -o fsname=/c" /c /m -o passthrough=off,io_uring=on
 expect_cmd "mount /m --cache /c --remote s3://b/p?x=1 -o fsname=/c" /c /m -o 'remote=s3://b/p?x=1'
 expect_cmd "mount /m --cache /c --show-full -o fsname=/c,ro" /c /m -o ro,show-full
 expect_cmd "mount /m --cache /c --show-latest --commit-settle 0.5 -o fsname=/c" /c /m -o show-latest,commit-settle=0.5
