@@ -44,6 +44,8 @@ struct CmdReq {  // in the SQE's 80-byte command area (SQE128 rings)
   uint8_t padding[6];
 };
 
+constexpr size_t kHeadroom = sizeof(fuse_in_header) + kOpInBytes;
+
 constexpr uint64_t kCmdTag = 1;   // user_data of REGISTER and COMMIT_AND_FETCH
 constexpr uint64_t kWakeTag = 2;  // user_data of Stop's wake-up NOP
 
@@ -79,8 +81,12 @@ struct UringTransport::Entry {
   io_uring ring{};
   bool ring_up = false;
   std::unique_ptr<ReqHeader> header = std::make_unique<ReqHeader>();
-  std::vector<char> payload;
-  std::vector<char> request;  // the request laid out for libfuse
+  // kHeadroom bytes, then the payload buffer the kernel fills: the headers
+  // are copied into the headroom, right before the payload, so libfuse gets
+  // the request in one piece without the payload being copied.
+  std::vector<char> buffer;
+  char* payload() { return buffer.data() + kHeadroom; }
+  size_t payload_size() const { return buffer.size() - kHeadroom; }
   iovec iov[2]{};
   std::mutex sq_mu;  // the SQ: this entry's thread, and Stop's wake-up
   // The request being served (its unique, which the kernel also uses as
@@ -117,8 +123,8 @@ struct UringTransport::Entry {
     (void)io_uring_submit(&ring);
   }
 
-  // Answers the request being served with an error (no reply was sent).
-  void CommitError(int err) {
+  // Puts an error reply for the request being served in the entry.
+  void SetError(int err) {
     fuse_out_header out{};
     out.len = sizeof out;
     out.error = -err;
@@ -126,7 +132,6 @@ struct UringTransport::Entry {
     std::memcpy(header->in_out, &out, sizeof out);
     header->ent.payload_sz = 0;
     replied = true;
-    (void)Submit(kCmdCommitAndFetch, serving);
   }
 };
 
@@ -158,10 +163,9 @@ Result<std::unique_ptr<UringTransport>> UringTransport::Create(int dev_fd, size_
         return Status::Error(-rc, "io_uring_queue_init");
       }
       e->ring_up = true;
-      e->payload.resize(payload_bytes);
-      e->request.resize(sizeof(fuse_in_header) + kOpInBytes + payload_bytes);
+      e->buffer.resize(kHeadroom + payload_bytes);
       e->iov[0] = {e->header.get(), sizeof(ReqHeader)};
-      e->iov[1] = {e->payload.data(), e->payload.size()};
+      e->iov[1] = {e->payload(), payload_bytes};
       t->entries_.push_back(std::move(e));
     }
   }
@@ -242,19 +246,24 @@ void UringTransport::Serve(Entry& e) {
   // The kernel put the operation's argument struct in op_in and the rest
   // (names, write data) in the payload; in.len counts all three.
   if (in.len < sizeof in + payload || in.len - sizeof in - payload > kOpInBytes ||
-      payload > e.payload.size()) {
-    e.CommitError(EIO);
+      payload > e.payload_size()) {
+    e.SetError(EIO);
   } else {
     const size_t op = in.len - sizeof in - payload;
-    char* out = e.request.data();
+    char* out = e.payload() - op - sizeof in;
     std::memcpy(out, &in, sizeof in);
     std::memcpy(out + sizeof in, e.header->op_in, op);
-    std::memcpy(out + sizeof in + op, e.payload.data(), payload);
     served_.fetch_add(1, std::memory_order_relaxed);
     handler_(out, in.len);
     // Every request but FORGET (which never comes this way) is answered;
     // one that was not would hold the caller and the entry for good.
-    if (!e.replied) e.CommitError(EIO);
+    if (!e.replied) e.SetError(EIO);
+  }
+  // Committed only now, after the handler returned: committing fetches the
+  // next request into this entry's buffers, which the request just served
+  // occupies until then.
+  if (!e.Submit(kCmdCommitAndFetch, e.serving)) {
+    std::fprintf(stderr, "ckptfs: io_uring queue %u: cannot submit a reply\n", e.qid);
   }
   e.serving = 0;
 }
@@ -268,14 +277,15 @@ std::optional<ssize_t> UringTransport::Reply(const iovec* iov, int count) {
   if (out.unique != e->serving) return std::nullopt;
   size_t n = 0;
   for (int i = 1; i < count; ++i) {
-    if (n + iov[i].iov_len > e->payload.size()) return -EINVAL;
-    std::memcpy(e->payload.data() + n, iov[i].iov_base, iov[i].iov_len);
+    if (n + iov[i].iov_len > e->payload_size()) return -EINVAL;
+    // A reply may point into the request (libfuse hands some back as they
+    // came); memmove, as they share the buffer.
+    std::memmove(e->payload() + n, iov[i].iov_base, iov[i].iov_len);
     n += iov[i].iov_len;
   }
   std::memcpy(e->header->in_out, &out, sizeof out);
   e->header->ent.payload_sz = static_cast<uint32_t>(n);
-  e->replied = true;
-  if (!e->Submit(kCmdCommitAndFetch, e->serving)) return -EIO;
+  e->replied = true;  // committed when the handler returns (Serve)
   return static_cast<ssize_t>(sizeof out + n);
 }
 

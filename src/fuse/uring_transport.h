@@ -20,7 +20,9 @@
 // A request is handed to the handler laid out as /dev/fuse would deliver it
 // (fuse_in_header, the operation's arguments, the payload), so libfuse's
 // fuse_session_process_buf can run it; its reply reaches Reply() through the
-// session's custom I/O, on the same thread, and is committed to the entry.
+// session's custom I/O, on the same thread, and is committed to the kernel
+// once the handler has returned (committing fetches the next request into
+// the same buffers).
 #pragma once
 
 #include <sys/types.h>
@@ -73,8 +75,9 @@ class UringTransport {
 
   // From the session's reply path: if the calling thread is serving a ring
   // request and this reply (fuse_out_header first) answers it, the reply is
-  // copied into the entry and committed; returns the bytes taken or
-  // -errno. nullopt: not a reply to a ring request (it goes to /dev/fuse).
+  // copied into the entry, to be committed when the handler returns;
+  // returns the bytes taken or -errno. nullopt: not a reply to a ring
+  // request (it goes to /dev/fuse).
   static std::optional<ssize_t> Reply(const iovec* iov, int count);
   // Whether the calling thread is serving a ring request not yet answered.
   static bool Serving();
