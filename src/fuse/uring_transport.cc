@@ -84,9 +84,11 @@ struct UringTransport::Entry {
   // kHeadroom bytes, then the payload buffer the kernel fills: the headers
   // are copied into the headroom, right before the payload, so libfuse gets
   // the request in one piece without the payload being copied.
-  std::vector<char> buffer;
-  char* payload() { return buffer.data() + kHeadroom; }
-  size_t payload_size() const { return buffer.size() - kHeadroom; }
+  // Not zeroed: a page costs memory only once a request reaches it.
+  std::unique_ptr<char[]> buffer;
+  size_t buffer_size = 0;
+  char* payload() { return buffer.get() + kHeadroom; }
+  size_t payload_size() const { return buffer_size - kHeadroom; }
   iovec iov[2]{};
   std::mutex sq_mu;  // the SQ: this entry's thread, and Stop's wake-up
   // The request being served (its unique, which the kernel also uses as
@@ -163,7 +165,8 @@ Result<std::unique_ptr<UringTransport>> UringTransport::Create(int dev_fd, size_
         return Status::Error(-rc, "io_uring_queue_init");
       }
       e->ring_up = true;
-      e->buffer.resize(kHeadroom + payload_bytes);
+      e->buffer_size = kHeadroom + payload_bytes;
+      e->buffer.reset(new char[e->buffer_size]);
       e->iov[0] = {e->header.get(), sizeof(ReqHeader)};
       e->iov[1] = {e->payload(), payload_bytes};
       t->entries_.push_back(std::move(e));
@@ -200,6 +203,8 @@ void UringTransport::Stop() {
 
 void UringTransport::Run(Entry& e) {
   t_entry = &e;
+  const std::string name = "ckptfs-uring" + std::to_string(e.qid);
+  (void)pthread_setname_np(pthread_self(), name.c_str());
   // Answer requests on the CPU that made them. Where the daemon may not
   // run on that CPU (a cpuset), the entry still serves, from elsewhere.
   cpu_set_t cpus;

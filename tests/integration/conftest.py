@@ -5,7 +5,9 @@ Run (as root, with /dev/fuse):
 
 With CKPTFS_TEST_FUSE_URING=1 the run sets the fuse module's enable_uring parameter (and
 puts it back at the end), so every mount serves its requests over io_uring; where the
-kernel has no such parameter the run ends at once, saying so, with nothing run.
+kernel has no such parameter the run ends at once, saying so, with nothing run. With
+CKPTFS_TEST_FUSE_URING=0 it clears the parameter for the run instead (every mount over
+/dev/fuse, whatever the machine is set to); unset, the machine's setting stands.
 
 Every mount made here lives in its own directory /tmp/ckptfs-it-XXXX/{mnt,cache} and is
 ALWAYS unmounted at teardown, whatever happened (fusermount3 -u, then a lazy umount -l,
@@ -42,13 +44,18 @@ def _set_uring(value):
 def pytest_configure(config):
     global _uring_was
     config.addinivalue_line("markers", "timeout_s(n): per-test watchdog limit in seconds")
-    if os.environ.get("CKPTFS_TEST_FUSE_URING") == "1":
+    want = os.environ.get("CKPTFS_TEST_FUSE_URING")
+    if want == "1":
         if not os.path.exists(_URING_PARAM):
             pytest.exit(f"CKPTFS_TEST_FUSE_URING=1: skipped, this kernel has no FUSE over io_uring "
                         f"({_URING_PARAM} is missing)", returncode=0)
         with open(_URING_PARAM) as f:
             _uring_was = f.read().strip()
         _set_uring("Y")
+    elif want == "0" and os.path.exists(_URING_PARAM):
+        with open(_URING_PARAM) as f:
+            _uring_was = f.read().strip()
+        _set_uring("N")
 
     # A pytest killed with SIGTERM/SIGHUP (CI timeout, Ctrl-C'ed wrapper) runs no atexit
     # handlers: kill our daemons and unmount before dying.
