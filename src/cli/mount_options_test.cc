@@ -146,6 +146,32 @@ TEST(MountOptionsTest, InodeCacheTakesACountOfInodes) {
   }
 }
 
+TEST(MountOptionsTest, PassthroughAndIoUringTakeAutoOnOrOff) {
+  auto def = ParseMount({"/m"});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->passthrough, MountOptions::Switch::kAuto);
+  EXPECT_EQ(def->io_uring, MountOptions::Switch::kAuto);
+  auto set = ParseMount({"/m", "--passthrough", "off", "--io-uring", "on"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->passthrough, MountOptions::Switch::kOff);
+  EXPECT_EQ(set->io_uring, MountOptions::Switch::kOn);
+  EXPECT_STREQ(SwitchName(set->io_uring), "on");
+  auto off = ParseMount({"/m", "--io-uring", "off"});
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->io_uring, MountOptions::Switch::kOff);
+  EXPECT_EQ(off->passthrough, MountOptions::Switch::kAuto);
+  for (const char* flag : {"--io-uring", "--passthrough"}) {
+    auto bad = ParseMount({"/m", flag, "yes"});
+    EXPECT_EQ(bad.err(), EINVAL) << flag;
+    if (!bad.ok()) {
+      EXPECT_NE(
+          bad.status().message().find(std::string(flag) + " takes auto, on or off, not 'yes'"),
+          std::string::npos)
+          << bad.status().message();
+    }
+  }
+}
+
 TEST(MountOptionsTest, NodeAndRefreshForClusterMode) {
   auto def = ParseMount({"/m"});
   ASSERT_TRUE(def.ok());
