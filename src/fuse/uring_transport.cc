@@ -4,6 +4,7 @@
 #include <linux/fuse.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -185,10 +186,17 @@ UringTransport::~UringTransport() {
 void UringTransport::Start() {
   if (started_) return;
   started_ = true;
+  // Signals (SIGTERM, SIGINT: libfuse's way to end the session) must reach
+  // the thread waiting in libfuse's loop, as libfuse keeps them off its own
+  // workers: the threads start with every signal blocked.
+  sigset_t all, was;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &was);
   for (auto& e : entries_) {
     Entry* entry = e.get();
     entry->thread = std::thread([this, entry] { Run(*entry); });
   }
+  pthread_sigmask(SIG_SETMASK, &was, nullptr);
 }
 
 void UringTransport::Stop() {
