@@ -9,6 +9,7 @@ over io_uring in the suite's 'integration-io-uring' test (tests/meson.build).
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -190,3 +191,27 @@ def test_unmount_ends_the_daemon_promptly(uring_param, make_ckptfs):
     assert time.monotonic() - t < 10
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
     shutil.rmtree(m.base, ignore_errors=True)
+
+
+def test_one_sigterm_ends_a_daemon_serving_over_io_uring(uring_param, make_ckptfs):
+    # The ring threads block signals, as libfuse's workers do: a SIGTERM they took
+    # would never reach libfuse's loop. Several rounds, since the kernel picks a thread.
+    for _ in range(3):
+        m = make_ckptfs()
+        assert m.status()["fuse"]["transport"] == "io_uring"
+        os.makedirs(m.path("run", "step1"))
+        write_file(m.path("run", "step1", "a"), b"a")
+        pid = m.pid
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split()[2] == "Z":
+                        break
+            except FileNotFoundError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the daemon did not end within 15 s of one SIGTERM")
+        m.close()
