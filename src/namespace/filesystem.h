@@ -301,7 +301,7 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   Status ImportStep(const CommitObject& obj) override;
   std::set<std::string> StepPathsBeingDeleted() override;
   bool HasEntry(const std::string& path) override;
-  void RepairUploadQueue() override;
+  void RepairUploadQueue(bool whole = true) override;
   Result<size_t> ImportRunFiles(const std::vector<RemoteObject>& objects) override;
 
   // --- writer library fast path (filesystem_fast_path.cc)

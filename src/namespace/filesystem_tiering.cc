@@ -908,18 +908,20 @@ Status FileSystem::ImportStep(const CommitObject& obj) {
   return Status::Ok();
 }
 
-void FileSystem::RepairUploadQueue() {
+void FileSystem::RepairUploadQueue(bool whole) {
   MutexLock lock(&mu_);
   if (!options_.remote) return;
   RefreshRunDirsLocked();
   Transaction txn = BeginLocked();
-  std::vector<uint64_t> nothing_to_upload;
-  for (const auto& [ino, rec] : ledger_.uploads()) {
-    if (!HasUploadLocked(inodes_.Find(ino))) nothing_to_upload.push_back(ino);
+  if (whole) {
+    std::vector<uint64_t> nothing_to_upload;
+    for (const auto& [ino, rec] : ledger_.uploads()) {
+      if (!HasUploadLocked(inodes_.Find(ino))) nothing_to_upload.push_back(ino);
+    }
+    for (uint64_t ino : nothing_to_upload) ledger_.Dequeue(ino, txn.batch());
   }
-  for (uint64_t ino : nothing_to_upload) ledger_.Dequeue(ino, txn.batch());
   QueueRunFilesLocked(txn.batch());
-  QueueStrandedStepFilesLocked(txn.batch());
+  if (whole) QueueStrandedStepFilesLocked(txn.batch());
   (void)txn.Write();
 }
 

@@ -134,8 +134,12 @@ class TierPort {
   // file was renamed, a crash lost the entry), and files of committed steps
   // this node persists that are not uploaded where they are now (moved
   // before the commit). The tier calls it at start and on every control
-  // pass.
-  virtual void RepairUploadQueue() = 0;
+  // pass. whole: also the parts that walk the queue and every file of the
+  // committed steps not yet persisted (a million entries: about a second
+  // under the namespace lock), which the tier runs only as often as it can
+  // afford them; run directories and run-level files are cheap and always
+  // done.
+  virtual void RepairUploadQueue(bool whole = true) = 0;
   // Cold mount: objects found directly in remote directories that hold a
   // persisted step become non-resident run-level files, unless the
   // directory is no run directory here, a local entry has the name (local

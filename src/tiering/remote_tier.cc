@@ -224,6 +224,12 @@ void RemoteTier::ControlLoop() {
   int64_t gc_delay = options_.retry_min_ns;
   int passes_since_recount = 0;
   int64_t last_full_pass = 0;
+  // The whole queue repair walks every file of the steps not yet persisted
+  // under the namespace lock: with a million files waiting that took about
+  // a second of every one-second pass, and uploads, which need the lock,
+  // crawled (11 files/s). It runs again only after 100 times as long as it
+  // took: every pass for small namespaces, about every 100 s at a million.
+  int64_t next_whole_repair = 0;
   for (bool first = true;; first = false) {
     bool import_needed;
     bool persist_woke = false;
@@ -263,7 +269,13 @@ void RemoteTier::ControlLoop() {
       }
     }
     MarkFetchedFilesResident();
-    ns_->RepairUploadQueue();
+    if (now >= next_whole_repair) {
+      const int64_t started = clock_->MonotonicNanos();
+      ns_->RepairUploadQueue(/*whole=*/true);
+      next_whole_repair = started + 100 * (clock_->MonotonicNanos() - started);
+    } else {
+      ns_->RepairUploadQueue(/*whole=*/false);
+    }
     (void)PersistSteps();
     bool gc_due;
     {
