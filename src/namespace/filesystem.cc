@@ -57,6 +57,8 @@ VirtualNodes* FileSystem::VirtualNodesFor(uint64_t ino) const {
 FileSystem::~FileSystem() {
   // Persist sizes of files still open so a clean stop loses no metadata.
   MutexLock lock(&mu_);
+  // What was left to write in the background (the end of an rm -rf) first.
+  (void)journal_.WriteLater();
   // Not a Transaction: when the manifest failed earlier and still fails,
   // these records are dropped rather than kept (nothing would retry them).
   ManifestBatch batch;

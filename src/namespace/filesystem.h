@@ -218,8 +218,13 @@ class FileSystem : public FileSystemCore, public CommitPort, public TierPort, pu
   Result<std::vector<StepDecision>> PlanRetentionFor(uint64_t run_ino);
   // Deletes up to max backing files of removed steps queued in the manifest's
   // GC key space; returns how many were deleted. Runs on the coordinator's
-  // idle thread, so removal never waits for data deletion.
+  // idle thread, so removal never waits for data deletion. Writes what
+  // waits to be written in the background first (WriteDeferredRecords).
   Result<size_t> CollectGarbage(size_t max) override;
+  // Writes the records left for the background: the end of an rm -rf
+  // (Rmdir, ManifestJournal::ApplyLater). The next change writes them first
+  // anyway; this is the coordinator's tick (in CollectGarbage) and tests.
+  Status WriteDeferredRecords();
   Result<size_t> CheckUnloadedSteps(size_t max) override;
   Result<size_t> UnloadIdleSteps() override;
   // Kernel cache invalidation for entries the daemon removed by itself

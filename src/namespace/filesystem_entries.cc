@@ -194,6 +194,7 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   if (!child->children.empty()) return Status::Error(ENOTEMPTY, name + " is not empty");
   Transaction txn = BeginLocked();
   // The records rm -rf deferred go first: this removal may be the step's.
+  const bool ends_rm_rf = deferred_removals_.count(child->rec.ino) > 0;
   FlushDeferredRemovalsLocked(child->rec.ino, txn.batch());
   if (StepRecord* step = steps_.Find(child->rec.ino)) {
     if (step->state == StepState::kWriting || step->state == StepState::kDeleting) {
@@ -211,7 +212,18 @@ Status FileSystem::Rmdir(uint64_t parent, const std::string& name) {
   inodes_.RemoveChild(*dir, name, clock_->Now(), records);
   DropLinkLocked(child, records);
   NoteActivityLocked(parent);
-  CKPTFS_RETURN_IF_ERROR(txn.Write());
+  if (ends_rm_rf) {
+    // The end of an rm -rf: this batch holds every record the unlinks
+    // deferred (tens of thousands for a big step, tens of milliseconds to
+    // write), so it is written after the reply, in the background (the
+    // coordinator's next tick, or before the next change). A stop before
+    // then loses it whole, and recovery removes the `deleting` step whole:
+    // what rm asked for. Until then its records are only the removed
+    // step's and its run's, which no loader reads (a run is never unloaded).
+    txn.WriteLater();
+  } else {
+    CKPTFS_RETURN_IF_ERROR(txn.Write());
+  }
   inodes_.ForgetIfUnused(child->rec.ino);
   return Status::Ok();
 }

@@ -223,7 +223,15 @@ void FileSystemCore::RemoveStepLocked(uint64_t step_ino, const std::string& reas
                    {"reason", reason}});
 }
 
+Status FileSystem::WriteDeferredRecords() {
+  MutexLock lock(&mu_);
+  return journal_.WriteLater();
+}
+
 Result<size_t> FileSystem::CollectGarbage(size_t max) {
+  // The end of an rm -rf left for the background goes first: it queues the
+  // step's files here.
+  CKPTFS_RETURN_IF_ERROR(WriteDeferredRecords());
   std::vector<uint64_t> inos;
   Status scan = manifest_->Scan(KeySpace::kGc, "", [&](std::string_view key, std::string_view) {
     auto ino = DecodeInoKey(key);

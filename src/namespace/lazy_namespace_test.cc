@@ -142,6 +142,7 @@ TEST(LazyNamespaceTest, AnUnloadedStepIsNotEmptyAndItsRemovalDeletesEveryRecord)
   for (int i = 0; i < 10; ++i)
     ASSERT_TRUE(env.fs().Unlink(r.steps[0], "f" + std::to_string(i)).ok());
   ASSERT_TRUE(env.fs().Rmdir(r.run, "step1").ok());
+  ASSERT_TRUE(env.fs().WriteDeferredRecords().ok());  // the coordinator's tick
   EXPECT_EQ(KeysIn(env.manifest, KeySpace::kInodes), inodes_before - 13);
   EXPECT_EQ(KeysIn(env.manifest, KeySpace::kDentries, DentryPrefix(r.steps[0])), 0u);
 }
@@ -373,6 +374,7 @@ TEST_F(UnloadTest, StepsCommittedDuringTheMountAndUnloadedStepsStillGoAway) {
   ASSERT_TRUE(fs.Rmdir(r.steps[0], "sub").ok());
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(fs.Unlink(r.steps[0], "f" + std::to_string(i)).ok());
   ASSERT_TRUE(fs.Rmdir(r.run, "step1").ok());
+  ASSERT_TRUE(fs.WriteDeferredRecords().ok());  // the coordinator's tick
   EXPECT_EQ(KeysIn(env.manifest, KeySpace::kDentries, DentryPrefix(r.steps[0])), 0u);
   EXPECT_FALSE(fs.Lookup(r.run, "step1").ok());
   env.KillAndRestart();

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace ckptfs {
 
@@ -14,6 +15,9 @@ constexpr int64_t kManifestRetryNs = 200'000'000;
 }  // namespace
 
 Status ManifestJournal::Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure) {
+  // What waits to be written later goes first: every change reaches the
+  // store in the order the image took it.
+  if (!later_.empty()) (void)WriteLater();
   // Nothing to record (a reader's close) is never refused, degraded or not.
   if (batch.empty() && !sync) return Status::Ok();
   if (!error_.ok()) {
@@ -33,6 +37,23 @@ Status ManifestJournal::Apply(const ManifestBatch& batch, bool sync, bool keep_o
   }
   NoteFailure(st);
   return Status::Error(st.err(), "the manifest cannot be written: " + st.message());
+}
+
+void ManifestJournal::ApplyLater(ManifestBatch batch) {
+  if (later_.empty()) {
+    later_ = std::move(batch);
+  } else {
+    later_.Append(batch);
+  }
+}
+
+Status ManifestJournal::WriteLater() {
+  if (later_.empty()) return Status::Ok();
+  ManifestBatch batch = std::move(later_);
+  later_ = ManifestBatch();
+  // Through Apply: a manifest that cannot take it keeps it with the batches
+  // kept before, in order, as any change.
+  return Apply(batch, /*sync=*/false);
 }
 
 void ManifestJournal::NoteFailure(const Status& st) {

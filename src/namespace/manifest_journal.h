@@ -47,6 +47,16 @@ class ManifestJournal {
   // (ENOSPC for a full disk); keep_on_failure = false: the caller undoes its
   // change itself.
   Status Apply(const ManifestBatch& batch, bool sync, bool keep_on_failure = true);
+  // A change the image already holds, written later: by WriteLater (the
+  // coordinator's tick, a clean stop) or before the next Apply, whichever
+  // comes first, so the manifest's order stays the change order. Only for a
+  // change whose loss in a crash recovery makes good by itself (the end of
+  // an rm -rf: a `deleting` step is removed whole at the next mount), and
+  // whose records nobody reads from the manifest meanwhile.
+  void ApplyLater(ManifestBatch batch);
+  // Writes what ApplyLater left (unsynced, kept on failure as Apply keeps).
+  Status WriteLater();
+  bool HasLater() const { return !later_.empty(); }
   // Ok while the manifest takes writes; else retries the kept batches (at
   // most every 200 ms) and, if that fails, the errno mutations get.
   Status CheckWritable();
@@ -66,6 +76,7 @@ class ManifestJournal {
   EventLog* const events_;
   Status error_;             // ok = the manifest takes writes
   ManifestBatch pending_;    // failed batches, in order
+  ManifestBatch later_;      // ApplyLater's batches, in order, not yet handed to the store
   size_t pending_batches_ = 0;
   bool diverged_ = false;
   int64_t error_since_ns_ = 0;

@@ -57,6 +57,32 @@ TEST(ManifestJournalTest, KeepsFailedBatchesAndWritesThemInOrderOnRecovery) {
   EXPECT_NE(events.Render().find("manifest_recovered"), std::string::npos);
 }
 
+TEST(ManifestJournalTest, ALaterBatchGoesBeforeTheNextAndIsKeptWhenItFails) {
+  MemoryManifestStore store;
+  ManualClock clock;
+  EventLog events;
+  ManifestJournal journal(&store, &clock, &events);
+  journal.ApplyLater(PutMeta("d", "1"));
+  EXPECT_TRUE(journal.HasLater());
+  EXPECT_EQ(Meta(store, "d"), std::nullopt);  // not written yet
+  // The next change writes it first, so the store sees the change order,
+  // even when the next change is one the caller would undo (a commit).
+  ASSERT_TRUE(journal.Apply(PutMeta("d", "2"), true, /*keep_on_failure=*/false).ok());
+  EXPECT_FALSE(journal.HasLater());
+  EXPECT_EQ(Meta(store, "d"), "2");
+
+  // A store that refuses it keeps it, as any change, for the recovery.
+  journal.ApplyLater(PutMeta("e", "1"));
+  store.FailWritesAfter(0, ENOSPC);
+  EXPECT_EQ(journal.WriteLater().err(), ENOSPC);
+  EXPECT_FALSE(journal.HasLater());
+  EXPECT_EQ(journal.Health().pending_batches, 1u);
+  store.ClearFailure();
+  EXPECT_TRUE(journal.TryRecover());
+  EXPECT_EQ(Meta(store, "e"), "1");
+  EXPECT_TRUE(journal.WriteLater().ok());  // nothing left: nothing written
+}
+
 TEST(ManifestJournalTest, BatchNotKeptWhenTheCallerUndoesItself) {
   MemoryManifestStore store;
   ManualClock clock;

@@ -1,7 +1,9 @@
 // rm -rf of a committed step (issue 29): the step turns `deleting` with its
 // first unlink, in one batch; the unlinks and rmdirs inside it change only
-// the image, and the step's own rmdir writes everything they removed in one
-// more batch. A stop in between finishes the deletion at recovery.
+// the image, and the step's own rmdir hands everything they removed to the
+// background as one more batch (written by the coordinator's next tick, or
+// before the next change). A stop before that batch is written finishes the
+// deletion at recovery.
 #include <fcntl.h>
 
 #include <gtest/gtest.h>
@@ -59,8 +61,12 @@ TEST(StepDeletionTest, RmRfOfACommittedStepIsTwoBatches) {
   auto listed = fs.Readdir(s.step, 0, 1000);
   ASSERT_TRUE(listed.ok());
   for (const DirEntry& d : *listed) EXPECT_TRUE(d.name == "." || d.name == "..") << d.name;
-  // The step's rmdir writes every removal in one batch.
+  // The step's rmdir writes nothing before its reply: every removal goes
+  // in one batch, in the background.
   ASSERT_TRUE(fs.Rmdir(s.run, "step1").ok());
+  EXPECT_EQ(env.manifest_writes - before, 1);
+  EXPECT_EQ(fs.Lookup(s.run, "step1").status().err(), ENOENT);
+  ASSERT_TRUE(fs.WriteDeferredRecords().ok());  // the coordinator's tick
   EXPECT_EQ(env.manifest_writes - before, 2);
   EXPECT_EQ(KeysIn(env.manifest, KeySpace::kInodes), inodes_before - (n + 3));
   EXPECT_EQ(KeysIn(env.manifest, KeySpace::kSteps), 0u);
@@ -94,6 +100,66 @@ TEST(StepDeletionTest, AStopInTheMiddleOfRmRfFinishesTheDeletion) {
     EXPECT_EQ(KeysIn(env.manifest, KeySpace::kDentries), 1u);  // run
     EXPECT_EQ(KeysIn(env.manifest, KeySpace::kGc), static_cast<size_t>(n + 1));
   }
+}
+
+TEST(StepDeletionTest, AStopBeforeTheBackgroundWriteFinishesTheDeletion) {
+  for (bool power_loss : {false, true}) {
+    SCOPED_TRACE(power_loss ? "power loss" : "kill -9");
+    FsEnv env;
+    const int n = 20;
+    const CommittedStep s = MakeCommittedStep(env, n);
+    RemoveAll(env.fs(), s, n);
+    ASSERT_TRUE(env.fs().Rmdir(s.run, "step1").ok());
+    // The rmdir's batch was never written: the step is `deleting` in the
+    // manifest, with every file's records.
+    if (power_loss) {
+      env.CrashAndRestart(/*keep_unsynced_batches=*/SIZE_MAX);
+    } else {
+      env.KillAndRestart();
+    }
+    FileSystem& fs = env.fs();
+    EXPECT_EQ(fs.Lookup(s.run, "step1").status().err(), ENOENT);
+    EXPECT_EQ(KeysIn(env.manifest, KeySpace::kSteps), 0u);
+    EXPECT_EQ(KeysIn(env.manifest, KeySpace::kDentries), 1u);  // run
+    EXPECT_EQ(KeysIn(env.manifest, KeySpace::kInodes), 2u);    // root, run
+    EXPECT_EQ(KeysIn(env.manifest, KeySpace::kGc), static_cast<size_t>(n + 1));
+  }
+}
+
+TEST(StepDeletionTest, TheNextChangeWritesTheEndOfAnRmRfFirst) {
+  // rm -rf step1 && mkdir step1: the new step's records come after the old
+  // one's removal in the manifest, never before (its dentry has the same key).
+  FsEnv env;
+  const int n = 10;
+  const CommittedStep s = MakeCommittedStep(env, n);
+  RemoveAll(env.fs(), s, n);
+  ASSERT_TRUE(env.fs().Rmdir(s.run, "step1").ok());
+  const uint64_t again = Mkdir(env.fs(), s.run, "step1");
+  WriteFile(env.fs(), again, "model.pt", "new weights");
+  env.KillAndRestart();
+  FileSystem& fs = env.fs();
+  auto step = fs.Lookup(s.run, "step1");
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  EXPECT_EQ(step->ino, again);
+  auto model = fs.Lookup(again, "model.pt");
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(ReadFile(fs, model->ino), "new weights");
+  EXPECT_EQ(fs.Lookup(again, "f0").status().err(), ENOENT);
+  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kGc), static_cast<size_t>(n + 1));
+}
+
+TEST(StepDeletionTest, ACleanStopWritesTheEndOfAnRmRf) {
+  FsEnv env;
+  const int n = 10;
+  const CommittedStep s = MakeCommittedStep(env, n);
+  RemoveAll(env.fs(), s, n);
+  ASSERT_TRUE(env.fs().Rmdir(s.run, "step1").ok());
+  env.CleanRestart();
+  // Written at the stop: no deletion left for recovery to finish.
+  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kSteps), 0u);
+  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kInodes), 2u);  // root, run
+  EXPECT_EQ(env.events.Counts().count("prune"), 0u);
+  EXPECT_EQ(env.fs().Lookup(s.run, "step1").status().err(), ENOENT);
 }
 
 TEST(StepDeletionTest, RenamingAStepBeingDeletedWritesWhatRmRemoved) {

@@ -1,6 +1,7 @@
 #include "namespace/transaction.h"
 
 #include <cassert>
+#include <utility>
 
 namespace ckptfs {
 
@@ -15,6 +16,13 @@ Status Transaction::Finish(bool sync, bool keep_on_failure) {
   assert(!written_ && "a namespace transaction is written once");
   written_ = true;
   return journal_->Apply(batch_, sync, keep_on_failure);
+}
+
+void Transaction::WriteLater() {
+  assert(!written_ && "a namespace transaction is written once");
+  written_ = true;
+  journal_->ApplyLater(std::move(batch_));
+  batch_ = ManifestBatch();
 }
 
 }  // namespace ckptfs

@@ -37,6 +37,9 @@ class Transaction {
   // Durable, or not kept: the caller undoes its change itself on failure
   // (a commit: the step goes back to writing rather than half-committed).
   Status WriteSyncedOrDiscard() { return Finish(/*sync=*/true, /*keep_on_failure=*/false); }
+  // Handed to the journal to write after the reply (ManifestJournal::
+  // ApplyLater, which says when that is allowed).
+  void WriteLater();
 
  private:
   Status Finish(bool sync, bool keep_on_failure);
