@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,16 @@ class ManifestBatch {
   }
   void Append(const ManifestBatch& other) {
     ops_.insert(ops_.end(), other.ops_.begin(), other.ops_.end());
+  }
+  // The same, taking other's ops (an rm -rf's tens of thousands are not copied).
+  void Append(ManifestBatch&& other) {
+    if (ops_.empty()) {
+      ops_.swap(other.ops_);
+    } else {
+      ops_.insert(ops_.end(), std::make_move_iterator(other.ops_.begin()),
+                  std::make_move_iterator(other.ops_.end()));
+    }
+    other.ops_.clear();
   }
   bool empty() const { return ops_.empty(); }
   size_t size() const { return ops_.size(); }

@@ -4,6 +4,7 @@
 // (completeness check, fsync) is CommitCoordinator's.
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "namespace/filesystem.h"
 
@@ -40,7 +41,6 @@ ManifestBatch* FileSystemCore::RemovalBatchLocked(uint64_t dir_ino, const Inode&
 void FileSystemCore::FlushDeferredRemovalsLocked(uint64_t step_ino, ManifestBatch* batch) {
   auto it = deferred_removals_.find(step_ino);
   if (it == deferred_removals_.end()) return;
-  batch->Append(it->second);
   // The deferred records hold the directories' records as of each unlink;
   // those still here are written again as they are now, so that the batch
   // ends with their current state whatever the caller added before.
@@ -49,6 +49,7 @@ void FileSystemCore::FlushDeferredRemovalsLocked(uint64_t step_ino, ManifestBatc
     if (op.space != KeySpace::kInodes || !op.value) continue;
     if (auto ino = DecodeInoKey(op.key); ino.ok()) dirs.insert(*ino);
   }
+  batch->Append(std::move(it->second));
   for (uint64_t ino : dirs) {
     if (Inode* dir = inodes_.Find(ino); dir && dir->rec.nlink > 0) InodeTable::Put(*dir, batch);
   }
