@@ -14,6 +14,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <set>
+#include <string>
 
 #include "namespace/filesystem.h"
 
@@ -561,7 +564,14 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
   // A run whose index is about to go up keeps its steps' commit objects
   // until it is up: when retention removes the step the old `latest` names
   // as the new one's step is persisted, the old index never outlives it.
-  const std::set<std::string> runs_uploading = RunsWithReadyRunFilesLocked();
+  // Looked at only when a commit object is to go: it walks every queued
+  // upload, a million while a big namespace uploads, under the lock.
+  std::optional<std::set<std::string>> runs_uploading;
+  auto run_uploading = [&](const std::string& run_path) {
+    mu_.AssertHeld();  // called inside the scan below, under the lock
+    if (!runs_uploading) runs_uploading = RunsWithReadyRunFilesLocked();
+    return runs_uploading->count(run_path) > 0;
+  };
   for (bool commit : {true, false}) {
     bool claimed_commit = false;
     const std::string prefix(1, commit ? kRemoteGcCommitPrefix : kRemoteGcDataPrefix);
@@ -571,7 +581,7 @@ Result<FileSystem::RemoteGcBatch> FileSystem::NextRemoteDeletions(size_t max) {
       const std::string key(RemoteGcObjectKey(k));
       std::string step_path;
       if (ledger_.IsClaimed(key) ||
-          (commit && IsCommitObjectKey(key, &step_path) && runs_uploading.count(ParentPath(step_path)))) {
+          (commit && IsCommitObjectKey(key, &step_path) && run_uploading(ParentPath(step_path)))) {
         claimed_commit |= commit;
         return true;  // an upload or commit object in flight: later
       }
