@@ -43,7 +43,7 @@ void ManifestJournal::ApplyLater(ManifestBatch batch) {
   if (later_.empty()) {
     later_ = std::move(batch);
   } else {
-    later_.Append(batch);
+    later_.Append(std::move(batch));
   }
 }
 

@@ -45,6 +45,22 @@ void RemoveAll(FileSystem& fs, const CommittedStep& s, int n) {
   for (int i = 0; i < n; ++i) ASSERT_TRUE(fs.Unlink(s.step, "f" + std::to_string(i)).ok());
 }
 
+// The whole rm -rf: RemoveAll, then the step's own rmdir, whose batch is
+// left for the background.
+void RmRf(FileSystem& fs, const CommittedStep& s, int n) {
+  RemoveAll(fs, s, n);
+  ASSERT_TRUE(fs.Rmdir(s.run, "step1").ok());
+}
+
+// The step and every record of it are gone; its n + 1 files wait for the GC.
+void ExpectStepGone(FsEnv& env, const CommittedStep& s, int n) {
+  EXPECT_EQ(env.fs().Lookup(s.run, "step1").status().err(), ENOENT);
+  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kSteps), 0u);
+  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kDentries), 1u);  // run
+  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kInodes), 2u);    // root, run
+  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kGc), static_cast<size_t>(n + 1));
+}
+
 TEST(StepDeletionTest, RmRfOfACommittedStepIsTwoBatches) {
   FsEnv env;
   FileSystem& fs = env.fs();
@@ -108,8 +124,7 @@ TEST(StepDeletionTest, AStopBeforeTheBackgroundWriteFinishesTheDeletion) {
     FsEnv env;
     const int n = 20;
     const CommittedStep s = MakeCommittedStep(env, n);
-    RemoveAll(env.fs(), s, n);
-    ASSERT_TRUE(env.fs().Rmdir(s.run, "step1").ok());
+    RmRf(env.fs(), s, n);
     // The rmdir's batch was never written: the step is `deleting` in the
     // manifest, with every file's records.
     if (power_loss) {
@@ -117,12 +132,7 @@ TEST(StepDeletionTest, AStopBeforeTheBackgroundWriteFinishesTheDeletion) {
     } else {
       env.KillAndRestart();
     }
-    FileSystem& fs = env.fs();
-    EXPECT_EQ(fs.Lookup(s.run, "step1").status().err(), ENOENT);
-    EXPECT_EQ(KeysIn(env.manifest, KeySpace::kSteps), 0u);
-    EXPECT_EQ(KeysIn(env.manifest, KeySpace::kDentries), 1u);  // run
-    EXPECT_EQ(KeysIn(env.manifest, KeySpace::kInodes), 2u);    // root, run
-    EXPECT_EQ(KeysIn(env.manifest, KeySpace::kGc), static_cast<size_t>(n + 1));
+    ExpectStepGone(env, s, n);
   }
 }
 
@@ -132,8 +142,7 @@ TEST(StepDeletionTest, TheNextChangeWritesTheEndOfAnRmRfFirst) {
   FsEnv env;
   const int n = 10;
   const CommittedStep s = MakeCommittedStep(env, n);
-  RemoveAll(env.fs(), s, n);
-  ASSERT_TRUE(env.fs().Rmdir(s.run, "step1").ok());
+  RmRf(env.fs(), s, n);
   const uint64_t again = Mkdir(env.fs(), s.run, "step1");
   WriteFile(env.fs(), again, "model.pt", "new weights");
   env.KillAndRestart();
@@ -152,14 +161,11 @@ TEST(StepDeletionTest, ACleanStopWritesTheEndOfAnRmRf) {
   FsEnv env;
   const int n = 10;
   const CommittedStep s = MakeCommittedStep(env, n);
-  RemoveAll(env.fs(), s, n);
-  ASSERT_TRUE(env.fs().Rmdir(s.run, "step1").ok());
+  RmRf(env.fs(), s, n);
   env.CleanRestart();
   // Written at the stop: no deletion left for recovery to finish.
-  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kSteps), 0u);
-  EXPECT_EQ(KeysIn(env.manifest, KeySpace::kInodes), 2u);  // root, run
   EXPECT_EQ(env.events.Counts().count("prune"), 0u);
-  EXPECT_EQ(env.fs().Lookup(s.run, "step1").status().err(), ENOENT);
+  ExpectStepGone(env, s, n);
 }
 
 TEST(StepDeletionTest, RenamingAStepBeingDeletedWritesWhatRmRemoved) {

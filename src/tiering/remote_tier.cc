@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "common/pacer.h"
 #include "formats/commit_object.h"
 
 namespace ckptfs {
@@ -229,13 +230,13 @@ void RemoteTier::ControlLoop() {
   // a second of every one-second pass, and uploads, which need the lock,
   // crawled (11 files/s). It runs again only after 100 times as long as it
   // took: every pass for small namespaces, about every 100 s at a million.
-  int64_t next_whole_repair = 0;
+  Pacer whole_repair(100);
   // An early persist (a finished upload woke the loop) walks the steps not
   // yet persisted under the namespace lock. After every upload, with a
   // million files waiting, that took most of a CPU and starved the uploads
   // (336 files/s). Early persists take at most a tenth of the time: after
   // one that took d, the next waits 9 d (nothing, for small namespaces).
-  int64_t next_early_persist = 0;
+  Pacer early_persist(10);
   for (bool first = true;; first = false) {
     bool import_needed;
     bool persist_woke = false;
@@ -259,9 +260,9 @@ void RemoteTier::ControlLoop() {
       // Woken early because a step may be persisted (StepsMayPersist, a
       // finished upload): write its commit object now; the rest of the pass
       // (garbage, recounts, eviction) keeps its own pace.
-      if (now < next_early_persist) {
+      if (!early_persist.Due(now)) {
         MutexLock lock(&mu_);
-        lock.WaitFor(*clock_, work_cv_, next_early_persist - now, [&] {
+        lock.WaitFor(*clock_, work_cv_, early_persist.next_ns() - now, [&] {
           mu_.AssertHeld();  // WaitFor calls it with the lock held
           return stopping_;
         });
@@ -270,7 +271,7 @@ void RemoteTier::ControlLoop() {
       }
       const int64_t started = clock_->MonotonicNanos();
       (void)PersistSteps();
-      next_early_persist = started + 10 * (clock_->MonotonicNanos() - started);
+      early_persist.Ran(started, clock_->MonotonicNanos());
       continue;
     }
     last_full_pass = now;
@@ -286,10 +287,10 @@ void RemoteTier::ControlLoop() {
       }
     }
     MarkFetchedFilesResident();
-    if (now >= next_whole_repair) {
+    if (whole_repair.Due(now)) {
       const int64_t started = clock_->MonotonicNanos();
       ns_->RepairUploadQueue(/*whole=*/true);
-      next_whole_repair = started + 100 * (clock_->MonotonicNanos() - started);
+      whole_repair.Ran(started, clock_->MonotonicNanos());
     } else {
       ns_->RepairUploadQueue(/*whole=*/false);
     }
